@@ -128,8 +128,7 @@ def choose_head(
     if description is not None:
         layers = [dict(layer, layout=layer["layout"] if isinstance(layer.get("layout"), str)
                        else description.layout_of(layer["name"])) for layer in layers]
-        chosen = _from_description(names, skipped, description)
-        if chosen is not None:
+        if (chosen := _from_description(names, skipped, description)) is not None:
             return chosen
         why = f"{description.framework}: {description.note}" if description.note else None  # beside the rules' head
     if hint is not None and hint in names:
@@ -247,8 +246,7 @@ def _by_name(layers: Sequence[dict[str, Any]], rows: list[dict[str, Any]], held:
     terminal = set(_terminal_rows(rows))
     # A named head whose output another matrix reads is not the model's output layer.
     candidates = [n for n in [*names, *held] if n in terminal] + [t for t in ties if ties[t] in names]
-    best = find_head(candidates)
-    if best is None:
+    if (best := find_head(candidates)) is None:
         return None
     if best in ties:
         return HeadChoice(ties[best], "tied", f"{best} is tied to {ties[best]}")

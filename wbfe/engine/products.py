@@ -75,8 +75,7 @@ class IntraChain:
         previous_name = ""
         for row in order_rows([{"name": plan.name, "plan": plan} for plan in plans], order, aliases):
             plan = row["plan"]
-            shape = chain.member_shape(plan)
-            if shape is None:
+            if (shape := chain.member_shape(plan)) is None:
                 previous = None
                 continue
             aligned = aligned_shapes(previous, shape) if previous is not None else None

@@ -110,8 +110,7 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
         summary["intra"] = {"n": 0, "note": "--intra: no product of consecutive weight matrices was scored (no two "
                                             "consecutive ones share a side, a factor is non-finite or all zero, or "
                                             "the sparsify product is below float64's range)"}
-    dead = [layer for layer in every if layer.get("dead_rows") or layer.get("dead_cols")]
-    if dead:
+    if dead := [layer for layer in every if layer.get("dead_rows") or layer.get("dead_cols")]:
         listed = ", ".join(f"{layer['name']} ({layer.get('dead_rows') or 0} rows, {layer.get('dead_cols') or 0} cols)"
                            for layer in dead[:5]) + (f" and {len(dead) - 5} more" if len(dead) > 5 else "")
         summary["dead_units"] = {"n": len(dead), "note": (
@@ -119,8 +118,7 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
             "BFE-W and the spectrum columns are of each one's live part (dead_rows, dead_cols in the rows)")}
     if any(layer.get("component") for layer in layers):
         summary["by_component"] = _means_by(layers, "component", columns)
-    unsplit = [layer["name"] for layer in layers if _UNSPLIT.search(layer["name"])]
-    if unsplit:
+    if unsplit := [layer["name"] for layer in layers if _UNSPLIT.search(layer["name"])]:
         summary["experts_note"] = (f"{len(unsplit)} fused gate_up expert matrices of a model type without a known "
                                    "gate/up layout are scored unsplit (gate and up as one matrix)")
     summary["bfe_applicability"] = applicability(description, config)

@@ -81,8 +81,7 @@ def _vision_transformer(d: FrameworkDescription) -> Optional[str]:
 def _single_linear_head(d: FrameworkDescription) -> Optional[str]:
     if d.facts.get("no_head"):
         return f"no single head: {d.facts['no_head']}; {_HEAD_FINDING}"
-    others = d.facts.get("heads") or []
-    if others:
+    if others := d.facts.get("heads"):
         return (f"the output combines the head {d.head} with {', '.join(map(str, others))} "
                 f"(several heads, no single last layer); {_HEAD_FINDING}")
     head_class = d.facts.get("head_class")
@@ -157,8 +156,7 @@ def applicability(description: Optional[FrameworkDescription],
 
 def _summary_stage(d: FrameworkDescription) -> str:
     """A summary stage (linear + activation) the head reads makes the last features, as a pooler does."""
-    stage = d.facts.get("summary_stage")
-    if not stage:
+    if not (stage := d.facts.get("summary_stage")):
         return ""
     hidden = ", ".join(f"{layer} (rate {float(rate):g})" for layer, rate in d.facts.get("hidden_dropout") or [])
     before = (f"; its dropout {hidden} acts before its linear map, on a hidden layer's input, not on the "

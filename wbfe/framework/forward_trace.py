@@ -125,8 +125,7 @@ def _trace(model: Any, modules: dict[str, Any], head_module: str, inputs: dict[s
     finally:
         for hook in hooks:
             hook.remove()
-    calls = [k for k, (kind, _) in enumerate(events) if kind == "head"]
-    if not calls:
+    if not (calls := [k for k, (kind, _) in enumerate(events) if kind == "head"]):
         return f"the forward pass never calls the head module {head_module}"
     found: list[list[Any]] = []
     feeds: Optional[str] = None

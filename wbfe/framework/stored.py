@@ -52,8 +52,7 @@ def cached(framework: str, packages: tuple[str, ...], read: Mapping[str, Any], b
     """The description remembered for ``read``, else ``build()``'s, remembered unless it says ``framework`` is not
     installed (see :func:`description_key`)."""
     key = description_key(framework, packages, read)
-    found = recall(key)
-    if found is None:
+    if (found := recall(key)) is None:
         found = build()
         if not (isinstance(found, Fallback) and found.startswith(f"{framework} is not installed")):
             remember(key, found)

@@ -71,7 +71,7 @@ def _built(architecture: str, kwargs_json: str, classifier: Optional[str]) -> Un
         return Fallback(f"timm {timm.__version__} has no model {name}")
     try:
         with torch.device("meta"):
-            model = timm.create_model(name, pretrained=False, **json.loads(kwargs_json))
+            model: Any = timm.create_model(name, pretrained=False, **json.loads(kwargs_json))
     except Exception as exc:  # noqa: BLE001 - any failure to build means "use the rules"
         return Fallback(f"timm could not build {name} ({type(exc).__name__})")
     order, tied = shared_parameters(model)

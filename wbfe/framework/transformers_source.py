@@ -46,8 +46,7 @@ def _model_files(models: Path, config: dict[str, Any], arch: Optional[str]) -> O
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type.replace("-", "_").isidentifier():
         return None
-    own = _modeling_file(models, model_type.replace("-", "_"))
-    if own is None:
+    if (own := _modeling_file(models, model_type.replace("-", "_"))) is None:
         return None
     text = own.read_text(encoding="utf-8", errors="replace")
     if arch is not None and not re.search(rf"^class {re.escape(arch)}\(", text, re.MULTILINE):
@@ -57,14 +56,12 @@ def _model_files(models: Path, config: dict[str, Any], arch: Optional[str]) -> O
     if "from ..auto" in text and not sub_configs:
         return None  # built through the auto classes from a sub-config the file does not show
     for sub in sub_configs:
-        found = _model_files(models, sub, None)
-        if found is None:
+        if (found := _model_files(models, sub, None)) is None:
             return None
         files += found
     while pending:
         folder = pending.pop()
-        path = _modeling_file(models, folder)
-        if path is None:
+        if (path := _modeling_file(models, folder)) is None:
             return None
         if path not in files:
             files.append(path)

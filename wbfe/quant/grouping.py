@@ -66,8 +66,7 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
     """``(prefix, part)`` of a tensor that belongs to a quantized weight (or ``(weight, its own name)`` of a part of
     a normalised weight), else None."""
     name = entry.name
-    norm = _norm_part(name)
-    if norm is not None:
+    if (norm := _norm_part(name)) is not None:
         return norm[0], name
     mxfp4 = {"_blocks": "blocks", "_scales": "mx_scales"} if entry.dtype == "uint8" else {}
     for suffix, part in {**mxfp4, **_SPARSE}.items():
@@ -84,8 +83,7 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
 def _norm_part(name: str) -> Optional[tuple[str, str]]:
     """``(the weight's name, the part's role: g, v, orig, u, or "" for another parametrization's)`` of a tensor torch
     stores for a normalised weight, else None."""
-    new = _NEW.fullmatch(name)
-    if new is not None:
+    if (new := _NEW.fullmatch(name)) is not None:
         return new[1] + new[2], _NEW_ROLES.get(new[3], "")
     old = _OLD.fullmatch(name)
     return (old[1], old[2]) if old is not None else None
@@ -160,8 +158,7 @@ def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], e
     for part, entry in parts.items():
         if part not in ("weight", "qweight", "blocks", "packed", "int_weight"):  # int_weight: the name it replaces
             yield entry, f"consumed: {_WHAT[part]} of {weight.name}"
-    main = parts.get("qweight") or parts.get("blocks") or parts.get("packed")
-    if main is not None:
+    if (main := parts.get("qweight") or parts.get("blocks") or parts.get("packed")) is not None:
         yield main, f"consumed: packed data of {weight.name} (scored dequantised)"
 
 
