@@ -96,11 +96,8 @@ def terminal_matrices(matrices: Iterable[tuple[Any, ...]], exclude: tuple[str, .
         out, inp = out_in(shape, layout)
         if role == "embedding":  # looked up, or (a patch embedding) reads pixels
             continue
-        if len(shape) == 2:
-            dense_inputs.setdefault(inp, set()).add(name)
-            continue
-        conv_inputs.setdefault(inp, set()).add(name)
-        if any(k > 1 for k in shape[2:]) and inp < out and out % inp == 0:
+        (dense_inputs if len(shape) == 2 else conv_inputs).setdefault(inp, set()).add(name)
+        if any(k > 1 for k in shape[2:]) and inp < out and out % inp == 0:  # no kernel sizes: dense
             conv_inputs.setdefault(out, set()).add(name)
 
     def read(name: str, shape: tuple[int, ...], layout: str) -> bool:
@@ -135,7 +132,7 @@ def choose_head(
         chosen = HeadChoice(hint, "config")
     else:  # steps 3 to 5: the config rules, names, structure
         rows, held, ties = _with_held(layers, skipped)
-        chosen = ((_from_config(layers, config) if config else None) or _by_name(layers, rows, held, ties)
+        chosen = ((_from_config(layers, config) if config else None) or _by_name(names, rows, held, ties)
                   or _by_structure(rows, held))
     if why and chosen.note is None:
         chosen = HeadChoice(chosen.name, chosen.source, why)
@@ -240,9 +237,8 @@ def _with_held(layers: Sequence[dict[str, Any]],
     return [*layers, *({"name": s["name"], "shape": s["shape"], "role": ""} for s in skipped if s["name"] in held)], held, ties
 
 
-def _by_name(layers: Sequence[dict[str, Any]], rows: list[dict[str, Any]], held: dict[str, str],
+def _by_name(names: list[str], rows: list[dict[str, Any]], held: dict[str, str],
              ties: dict[str, str]) -> Optional[HeadChoice]:
-    names = [layer["name"] for layer in layers]
     terminal = set(_terminal_rows(rows))
     # A named head whose output another matrix reads is not the model's output layer.
     candidates = [n for n in [*names, *held] if n in terminal] + [t for t in ties if ties[t] in names]

@@ -38,10 +38,7 @@ def dequantize_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.T
     q = unpack_int32(qweight, bits, 0)  # [in, out]
     z = unpack_int32(qzeros, bits, 1) + zero_offset  # [groups, out]
     groups, n_in = scales.shape[0], q.shape[0]
-    if g_idx is None:
-        g = torch.arange(n_in) // (n_in if group_size in (-1, 0) else group_size)
-    else:
-        g = g_idx.to(torch.int64)
+    g = g_idx.to(torch.int64) if g_idx is not None else torch.arange(n_in) // (n_in if group_size in (-1, 0) else group_size)
     outside = (g < 0) | (g >= groups)
     g = g.clamp(0, groups - 1)
     w = scales.to(torch.float64)[g] * (q - z[g]).to(torch.float64)
