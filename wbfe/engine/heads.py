@@ -180,8 +180,7 @@ def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Op
         labels = config.get("id2label")
         n = next((k for suffix, k in LABEL_TASKS.items() if arch.endswith(suffix)),  # QA: start and end
                  len(labels) if isinstance(labels, dict) and labels else config.get("num_labels", 2))
-        found = _last_with_rows(layers, n, f"{arch} with {n} labels")
-        if found.name is None:
+        if (found := _last_with_rows(layers, n, f"{arch} with {n} labels")).name is None:
             return HeadChoice(None, None, f"config: {arch}'s head has {n} output row(s), but no analysed matrix "
                                           "has that many; pass --head NAME")
         return found
@@ -195,8 +194,7 @@ def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Op
         # Tied: the model's head *is* its input embedding (a separate copy stored is overwritten on load).
         if tied is True and embeddings:
             return HeadChoice(embeddings[0], "tied", "the LM head is tied to the input embedding (tie_word_embeddings)")
-        found = _last_with_rows(layers, vocab, f"{arch}'s vocabulary of {vocab}")
-        if found.name is not None:
+        if (found := _last_with_rows(layers, vocab, f"{arch}'s vocabulary of {vocab}")).name is not None:
             return found
         if tied is False:
             return HeadChoice(None, None, f"config: {arch} with untied embeddings, but no matrix of "

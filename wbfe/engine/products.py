@@ -78,8 +78,7 @@ class IntraChain:
             if (shape := chain.member_shape(plan)) is None:
                 previous = None
                 continue
-            aligned = aligned_shapes(previous, shape) if previous is not None else None
-            if aligned is not None:
+            if previous is not None and (aligned := aligned_shapes(previous, shape)) is not None:
                 pair = _Pair(previous_name, plan.name, copy.deepcopy(chain.rng))
                 if chain.rng is not None:
                     intra_mask(chain.rng, aligned[2])  # advance as WeightWatcher's draw does
