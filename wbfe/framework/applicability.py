@@ -126,13 +126,11 @@ def applicability(description: Optional[FrameworkDescription],
     # A head not named (a base model) is not a model without one: only the rules needing no head decide.
     head_unread = description.head is None and not description.facts.get("no_head")
     rules = [rule for rule in RULES if not (head_unread and rule.needs_head)]
-    verdicts = [(rule, rule.check(description)) for rule in rules]
-    failed = [reason for _, reason in verdicts if reason is not None]
+    failed = [(rule.broken, reason) for rule in rules if (reason := rule.check(description)) is not None]
     checked = [rule.name for rule in rules]
     if failed:
-        broken = [rule.broken for rule, reason in verdicts if reason is not None]
-        return {"status": "fails", "reasons": failed, "checked": checked,
-                "summary": f"{'; '.join(broken)}: outside the setting BFE-W is derived for"}
+        return {"status": "fails", "reasons": [reason for _, reason in failed], "checked": checked,
+                "summary": f"{'; '.join(broken for broken, _ in failed)}: outside the setting BFE-W is derived for"}
     if head_unread:
         return {"status": "unknown", "checked": checked,
                 "summary": "the description names no head: name it (--head) to decide", "reasons": [
