@@ -90,10 +90,8 @@ def matrix_change(
     reasons.update({f"{column}_b": why for column, why in why_b.items()})
     # Spectra scaled for float64's range (Spectrum.log_scale) are compared in true units.
     row["w1_log_eigs"] = log_spectrum_distance(spec_a.eigs, spec_b.eigs, shift=spec_b.log_scale - spec_a.log_scale)
-    # Both copies are scaled by one power of two where their entries are far from 1, so that Gram
-    # matrices and norms stay inside float64's range; only the absolute norms are scaled back.
-    # The planned out × in matrices (an in_out tensor transposed, a conv kernel flattened) as float64 copies on the
-    # CPU, never the caller's storage: b64 is overwritten by B − A below.
+    # The planned out × in matrices as float64 copies on the CPU, never the caller's storage (b64 becomes B − A below);
+    # both are scaled by one power of two below, so that Gram matrices and norms stay inside float64's range.
     a64, b64 = (to_numpy(as_matrices(t, plan)[0]).reshape(plan.rows, plan.cols).astype(np.float64)
                 for t in (tensor_a, tensor_b))
     # One pass over each side for its largest entry: every power-of-two factor below follows from the two.

@@ -85,9 +85,7 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
                   config=source.config, description=description, allow_empty=allow_empty)
 
 
-def layer_spectrum(
-    ref: Any, layer: str, *, conv: ConvView = "flatten", device: str = "auto"
-) -> tuple[MatrixPlan, Any]:
+def layer_spectrum(ref: Any, layer: str, *, conv: ConvView = "flatten", device: str = "auto") -> tuple[MatrixPlan, Any]:
     """The plan and :class:`~wbfe.metrics.Spectrum` of one named matrix (or module name) of a checkpoint.
 
     Raises:
@@ -126,8 +124,7 @@ def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dic
         for entry, plan in stream(source, options):
             if entry.name not in wanted or isinstance(plan, Skip):
                 continue
-            matrices = matrices_of(entry.load(), plan, ww_slices=options.conventions.ww_slices)
-            spec = planned_spectrum(matrices, plan, device)
+            spec = planned_spectrum(matrices_of(entry.load(), plan, ww_slices=options.conventions.ww_slices), plan, device)
             assert spec.eigs is not None  # asked for
             # log_scale is −k·ln 2 exactly for the power of two the matrix was scaled by (wbfe.linalg.spectra)
             out[entry.name] = np.asarray(spec.eigs, dtype=float), round(-spec.log_scale / math.log(2.0))

@@ -87,20 +87,16 @@ def _split_stack(entry: TensorEntry, model_type: str, hidden: Optional[int]) -> 
     split = None
     if _GATE_UP.search(entry.name) and out % 2 == 0:
         split = "interleaved" if model_type in _INTERLEAVED else "halves" if model_type in _CONCATENATED else None
-    holder = _Stack(entry, transpose, experts * (2 if split else 1))
+    half = out // 2
+    # (name suffix, rows of the expert's matrix, their count): the whole matrix, or its gate and up halves
+    pieces: list[tuple[str, Optional[slice], int]] = [("", None, out)] if split is None else [
+        (f".{part}", slice(k, None, 2) if split == "interleaved" else slice(k * half, (k + 1) * half), half)
+        for k, part in enumerate(("gate", "up"))]
+    holder = _Stack(entry, transpose, experts * len(pieces))
     for e in range(experts):
-        if split is None:
-            yield _expert_entry(entry, f"{entry.name}[{e}]", (out, inp), holder, e, None), None
-            continue
-        for part, index in (("gate", 0), ("up", 1)):
-            rows = slice(index, None, 2) if split == "interleaved" else slice(index * out // 2, (index + 1) * out // 2)
-            yield _expert_entry(entry, f"{entry.name}[{e}].{part}", (out // 2, inp), holder, e, rows), None
-
-
-def _expert_entry(entry: TensorEntry, name: str, shape: tuple[int, int], holder: "_Stack", e: int,
-                  rows: Optional[slice]) -> TensorEntry:
-    return TensorEntry(name=name, shape=shape, dtype=entry.dtype, load=functools.partial(holder.take, e, rows),
-                       quant=entry.quant)
+        for suffix, rows, n_rows in pieces:
+            yield TensorEntry(name=f"{entry.name}[{e}]{suffix}", shape=(n_rows, inp), dtype=entry.dtype,
+                              load=functools.partial(holder.take, e, rows), quant=entry.quant), None
 
 
 class _Stack:
@@ -114,10 +110,6 @@ class _Stack:
         self._tensor: Any = None
         self._lock = threading.Lock()
 
-    def _view(self, tensor: Any, e: int, rows: Optional[slice]) -> Any:
-        matrix = tensor[e].T if self._transpose else tensor[e]
-        return matrix[rows] if rows is not None else matrix
-
     def take(self, e: int, rows: Optional[slice]) -> Any:
         with self._lock:
             if self._tensor is None:
@@ -126,4 +118,5 @@ class _Stack:
             self._left -= 1
             if self._left <= 0:
                 self._tensor = None
-        return self._view(tensor, e, rows)
+        matrix = tensor[e].T if self._transpose else tensor[e]
+        return matrix[rows] if rows is not None else matrix

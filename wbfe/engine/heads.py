@@ -67,11 +67,8 @@ def find_head(names: Sequence[str], override: Optional[str] = None) -> Optional[
     matrix; among several of the best rank, the last in natural order; None if none match."""
     if override is not None:
         return _override(names, override)
-    ranked = [(rank, name) for name in names if (rank := head_rank(name)) is not None]
-    if not ranked:
-        return None
-    best = min(rank for rank, _ in ranked)
-    return max((name for rank, name in ranked if rank == best), key=natural_key)
+    ranked = [(-rank, natural_key(name), name) for name in names if (rank := head_rank(name)) is not None]
+    return max(ranked, key=lambda item: item[:2])[2] if ranked else None
 
 
 def _named(names: Sequence[str], name: str) -> Optional[str]:
@@ -99,11 +96,8 @@ def terminal_matrices(matrices: Iterable[tuple[Any, ...]], exclude: tuple[str, .
         out, inp = out_in(shape, layout)
         if role == "embedding":  # looked up, or (a patch embedding) reads pixels
             continue
-        if len(shape) == 2:
-            dense_inputs.setdefault(inp, set()).add(name)
-            continue
-        conv_inputs.setdefault(inp, set()).add(name)
-        if any(k > 1 for k in shape[2:]) and inp < out and out % inp == 0:
+        (dense_inputs if len(shape) == 2 else conv_inputs).setdefault(inp, set()).add(name)
+        if any(k > 1 for k in shape[2:]) and inp < out and out % inp == 0:  # no kernel sizes: dense
             conv_inputs.setdefault(out, set()).add(name)
 
     def read(name: str, shape: tuple[int, ...], layout: str) -> bool:
@@ -131,15 +125,14 @@ def choose_head(
     if description is not None:
         layers = [dict(layer, layout=layer["layout"] if isinstance(layer.get("layout"), str)
                        else description.layout_of(layer["name"])) for layer in layers]
-        chosen = _from_description(names, skipped, description)
-        if chosen is not None:
+        if (chosen := _from_description(names, skipped, description)) is not None:
             return chosen
         why = f"{description.framework}: {description.note}" if description.note else None  # beside the rules' head
     if hint is not None and hint in names:
         chosen = HeadChoice(hint, "config")
     else:  # steps 3 to 5: the config rules, names, structure
         rows, held, ties = _with_held(layers, skipped)
-        chosen = ((_from_config(layers, config) if config else None) or _by_name(layers, rows, held, ties)
+        chosen = ((_from_config(layers, config) if config else None) or _by_name(names, rows, held, ties)
                   or _by_structure(rows, held))
     if why and chosen.note is None:
         chosen = HeadChoice(chosen.name, chosen.source, why)
@@ -185,11 +178,9 @@ def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Op
         return None
     if arch.endswith(_CLASS_TASKS):
         labels = config.get("id2label")
-        n = next((k for suffix, k in LABEL_TASKS.items() if arch.endswith(suffix)), None)  # QA: start and end
-        if n is None:
-            n = len(labels) if isinstance(labels, dict) and labels else config.get("num_labels", 2)
-        found = _last_with_rows(layers, n, f"{arch} with {n} labels")
-        if found.name is None:
+        n = next((k for suffix, k in LABEL_TASKS.items() if arch.endswith(suffix)),  # QA: start and end
+                 len(labels) if isinstance(labels, dict) and labels else config.get("num_labels", 2))
+        if (found := _last_with_rows(layers, n, f"{arch} with {n} labels")).name is None:
             return HeadChoice(None, None, f"config: {arch}'s head has {n} output row(s), but no analysed matrix "
                                           "has that many; pass --head NAME")
         return found
@@ -203,8 +194,7 @@ def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Op
         # Tied: the model's head *is* its input embedding (a separate copy stored is overwritten on load).
         if tied is True and embeddings:
             return HeadChoice(embeddings[0], "tied", "the LM head is tied to the input embedding (tie_word_embeddings)")
-        found = _last_with_rows(layers, vocab, f"{arch}'s vocabulary of {vocab}")
-        if found.name is not None:
+        if (found := _last_with_rows(layers, vocab, f"{arch}'s vocabulary of {vocab}")).name is not None:
             return found
         if tied is False:
             return HeadChoice(None, None, f"config: {arch} with untied embeddings, but no matrix of "
@@ -245,14 +235,12 @@ def _with_held(layers: Sequence[dict[str, Any]],
     return [*layers, *({"name": s["name"], "shape": s["shape"], "role": ""} for s in skipped if s["name"] in held)], held, ties
 
 
-def _by_name(layers: Sequence[dict[str, Any]], rows: list[dict[str, Any]], held: dict[str, str],
+def _by_name(names: list[str], rows: list[dict[str, Any]], held: dict[str, str],
              ties: dict[str, str]) -> Optional[HeadChoice]:
-    names = [layer["name"] for layer in layers]
     terminal = set(_terminal_rows(rows))
     # A named head whose output another matrix reads is not the model's output layer.
     candidates = [n for n in [*names, *held] if n in terminal] + [t for t in ties if ties[t] in names]
-    best = find_head(candidates)
-    if best is None:
+    if (best := find_head(candidates)) is None:
         return None
     if best in ties:
         return HeadChoice(ties[best], "tied", f"{best} is tied to {ties[best]}")

@@ -136,8 +136,7 @@ def plan_matrix(
         rows, cols, n_slices, convention = out, inp, math.prod(shape[2:]), "slices"
     plan = MatrixPlan(name, role_of(name, len(shape)), tuple(shape), dtype, convention, rows, cols, n_slices, layout)
     if len(shape) == 3 and shape[0] == 1:
-        return Skip(name, f"{len(shape)}-D parameter with one row (a token or position table, not a kernel)", shape,
-                    dtype)
+        return Skip(name, "3-D parameter with one row (a token or position table, not a kernel)", shape, dtype)
     if plan.n_eigs < max(min_eigs, MIN_BFE_EIGS):
         needs = f"min_eigs={min_eigs}" if min_eigs > MIN_BFE_EIGS else f"BFE-W needs at least {MIN_BFE_EIGS}"
         return Skip(name, f"too small: {plan.n_eigs} eigenvalue(s) < {needs}", shape, dtype)

@@ -67,12 +67,6 @@ class Pipeline:
         self._unpin()
         self._stack.close()
 
-    def _cost(self, entry: TensorEntry, plan: MatrixPlan) -> int:
-        return self._loaded(entry) + self._work(plan)
-
-    def _budget(self) -> int:
-        return max(int(_BUDGET * self._largest), _BUDGET_FLOOR)
-
     def put(self, entry: TensorEntry, skip: Skip) -> None:
         """An entry with nothing to compute, kept in its place in the stream."""
         self._done.append((entry, skip, skip))
@@ -81,13 +75,13 @@ class Pipeline:
         """Run ``job`` (the entry's spectrum) on a worker where it releases the GIL, else here; the
         entry keeps its place in the stream."""
         self._largest = max(self._largest, self._loaded(entry))
-        cost = self._cost(entry, plan)
+        cost, budget = self._loaded(entry) + self._work(plan), max(int(_BUDGET * self._largest), _BUDGET_FLOOR)
         p, big = sorted((plan.rows, plan.cols))
         if (self._pool is not None and p * p * big * plan.n_slices >= _WORKER_FLOPS
                 and releases_gil(plan.rows, plan.cols, self.device)):
             self._pin()
             while self._running and (len(self._running) >= self.workers
-                                     or sum(self._running.values()) + cost > self._budget()):
+                                     or sum(self._running.values()) + cost > budget):
                 self._wait(FIRST_COMPLETED)
             future = self._pool.submit(job)
             self._running[future] = cost

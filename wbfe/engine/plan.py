@@ -41,8 +41,7 @@ def plan_entry(
     is not selected by ``pattern`` (``--layers``), it is consumed by another tensor (a quantised
     weight's scale), or :func:`wbfe.engine.matrices.plan_matrix` refuses it."""
     unselected = UNSELECTED if pattern is not None and not pattern.search(entry.name) else None
-    reason = entry.skip or unselected or consumed
-    if reason is not None:
+    if (reason := entry.skip or unselected or consumed) is not None:
         return Skip(entry.name, reason, entry.shape, entry.dtype)
     return plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv, min_eigs=min_eigs, layout=entry.layout)
 

@@ -54,8 +54,7 @@ class IntraChain:
     """Follows the stream's matrices and makes the products of consecutive ones.
 
     Built with :meth:`in_order` when every plan is known before the first tensor is read (the
-    chain in the model's order); otherwise the chain is the stream's order, found as it goes.
-    """
+    chain in the model's order); otherwise the chain is the stream's order, found as it goes."""
 
     def __init__(self, seed: int, *, sparsify: bool = True, ww_slices: bool = False) -> None:
         self.rng = np.random.RandomState(seed) if sparsify else None
@@ -76,12 +75,10 @@ class IntraChain:
         previous_name = ""
         for row in order_rows([{"name": plan.name, "plan": plan} for plan in plans], order, aliases):
             plan = row["plan"]
-            shape = chain.member_shape(plan)
-            if shape is None:
+            if (shape := chain.member_shape(plan)) is None:
                 previous = None
                 continue
-            aligned = aligned_shapes(previous, shape) if previous is not None else None
-            if aligned is not None:
+            if previous is not None and (aligned := aligned_shapes(previous, shape)) is not None:
                 pair = _Pair(previous_name, plan.name, copy.deepcopy(chain.rng))
                 if chain.rng is not None:
                     intra_mask(chain.rng, aligned[2])  # advance as WeightWatcher's draw does

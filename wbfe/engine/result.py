@@ -83,16 +83,14 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     NoUsableMatrixError when every tensor was skipped (unless ``allow_empty``: rows a caller adds to others)."""
     if not layers and not allow_empty:
         source, reasons = model["source"], "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
-        count = ("no weight tensor at all" if not skipped
-                 else f"{len(skipped)} tensor{'' if len(skipped) == 1 else 's'} skipped")
-        raise NoUsableMatrixError(f"{source}: no usable weight matrix ({count}"
-                                  + (f" — {reasons}" if reasons else "") + ")", ref=source)
+        count = (f"{len(skipped)} tensor{'' if len(skipped) == 1 else 's'} skipped — {reasons}" if skipped
+                 else "no weight tensor at all")
+        raise NoUsableMatrixError(f"{source}: no usable weight matrix ({count})", ref=source)
     if description is not None:
         layers = _with_products(layers, description.order, description.aliases)
         skipped = order_rows(skipped, description.order, description.aliases)
     products = [layer for layer in layers if layer.get("role") == INTRA]
-    every = layers
-    layers = [layer for layer in layers if layer.get("role") != INTRA] if products else layers
+    every, layers = layers, [layer for layer in layers if layer.get("role") != INTRA]
     by_name = {layer["name"]: layer for layer in layers}
     choice = choose_head(layers, skipped, override=head, hint=head_hint, config=config, description=description)
     head = choice.name
@@ -112,8 +110,7 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
         summary["intra"] = {"n": 0, "note": "--intra: no product of consecutive weight matrices was scored (no two "
                                             "consecutive ones share a side, a factor is non-finite or all zero, or "
                                             "the sparsify product is below float64's range)"}
-    dead = [layer for layer in every if layer.get("dead_rows") or layer.get("dead_cols")]
-    if dead:
+    if dead := [layer for layer in every if layer.get("dead_rows") or layer.get("dead_cols")]:
         listed = ", ".join(f"{layer['name']} ({layer.get('dead_rows') or 0} rows, {layer.get('dead_cols') or 0} cols)"
                            for layer in dead[:5]) + (f" and {len(dead) - 5} more" if len(dead) > 5 else "")
         summary["dead_units"] = {"n": len(dead), "note": (
@@ -121,8 +118,7 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
             "BFE-W and the spectrum columns are of each one's live part (dead_rows, dead_cols in the rows)")}
     if any(layer.get("component") for layer in layers):
         summary["by_component"] = _means_by(layers, "component", columns)
-    unsplit = [layer["name"] for layer in layers if _UNSPLIT.search(layer["name"])]
-    if unsplit:
+    if unsplit := [layer["name"] for layer in layers if _UNSPLIT.search(layer["name"])]:
         summary["experts_note"] = (f"{len(unsplit)} fused gate_up expert matrices of a model type without a known "
                                    "gate/up layout are scored unsplit (gate and up as one matrix)")
     summary["bfe_applicability"] = applicability(description, config)
@@ -144,8 +140,6 @@ def _with_products(layers: list[dict[str, Any]], order: Sequence[str],
             after.setdefault(second if second in names else previous, []).append(layer)
         else:
             previous = layer["name"]
-    if not after:
-        return order_rows(layers, order, aliases)
     out = list(after.get(None, []))
     for layer in order_rows([layer for layer in layers if layer.get("role") != INTRA], order, aliases):
         out.append(layer)

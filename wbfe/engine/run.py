@@ -72,12 +72,10 @@ def _prepare(
     """The entry's matrices, or why it is skipped before any linear algebra."""
     if isinstance(plan, Skip):
         return plan
-    shared = shared_storage(entry, storage)
-    if shared is not None:
+    if (shared := shared_storage(entry, storage)) is not None:
         return shared
     tensor = entry.load()
-    earlier = ties.earlier_copy(entry, tensor)
-    if earlier is not None:
+    if (earlier := ties.earlier_copy(entry, tensor)) is not None:
         return Skip(entry.name, f"tied: identical to {earlier}", entry.shape, entry.dtype)
     try:
         return matrices_of(tensor, plan, ww_slices=context.options.conventions.ww_slices)

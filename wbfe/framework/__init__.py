@@ -1,8 +1,7 @@
 """A checkpoint's own description (order, head, ties, layouts), from the framework that wrote it.
 
 Where there is none, wbfe's name and shape rules decide (docs/checkpoints.md). Importing this
-package imports no framework.
-"""
+package imports no framework."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Whether BFE-W applies: the BFE-W paper's conditions (arXiv 2610.13123) checked against the
-checkpoint's own description of its model, never a score (docs/metrics.md, "Where BFE-W applies").
-"""
+checkpoint's own description of its model, never a score (docs/metrics.md, "Where BFE-W applies")."""
 
 from __future__ import annotations
 
@@ -82,8 +81,7 @@ def _vision_transformer(d: FrameworkDescription) -> Optional[str]:
 def _single_linear_head(d: FrameworkDescription) -> Optional[str]:
     if d.facts.get("no_head"):
         return f"no single head: {d.facts['no_head']}; {_HEAD_FINDING}"
-    others = d.facts.get("heads") or []
-    if others:
+    if others := d.facts.get("heads"):
         return (f"the output combines the head {d.head} with {', '.join(map(str, others))} "
                 f"(several heads, no single last layer); {_HEAD_FINDING}")
     head_class = d.facts.get("head_class")
@@ -128,13 +126,11 @@ def applicability(description: Optional[FrameworkDescription],
     # A head not named (a base model) is not a model without one: only the rules needing no head decide.
     head_unread = description.head is None and not description.facts.get("no_head")
     rules = [rule for rule in RULES if not (head_unread and rule.needs_head)]
-    verdicts = [(rule, rule.check(description)) for rule in rules]
-    failed = [reason for _, reason in verdicts if reason is not None]
+    failed = [(rule.broken, reason) for rule in rules if (reason := rule.check(description)) is not None]
     checked = [rule.name for rule in rules]
     if failed:
-        broken = [rule.broken for rule, reason in verdicts if reason is not None]
-        return {"status": "fails", "reasons": failed, "checked": checked,
-                "summary": f"{'; '.join(broken)}: outside the setting BFE-W is derived for"}
+        return {"status": "fails", "reasons": [reason for _, reason in failed], "checked": checked,
+                "summary": f"{'; '.join(broken for broken, _ in failed)}: outside the setting BFE-W is derived for"}
     if head_unread:
         return {"status": "unknown", "checked": checked,
                 "summary": "the description names no head: name it (--head) to decide", "reasons": [
@@ -158,8 +154,7 @@ def applicability(description: Optional[FrameworkDescription],
 
 def _summary_stage(d: FrameworkDescription) -> str:
     """A summary stage (linear + activation) the head reads makes the last features, as a pooler does."""
-    stage = d.facts.get("summary_stage")
-    if not stage:
+    if not (stage := d.facts.get("summary_stage")):
         return ""
     hidden = ", ".join(f"{layer} (rate {float(rate):g})" for layer, rate in d.facts.get("hidden_dropout") or [])
     before = (f"; its dropout {hidden} acts before its linear map, on a hidden layer's input, not on the "

@@ -1,7 +1,6 @@
 """Which weights a transformers model stores transposed, from its ``config.json`` alone (where the
 model cannot be built): the ``Conv1D`` layers (``c_attn``, ``q_attn``, ``c_proj``, ``c_fc``) of the
-model types built of it, checked against transformers' own build by tests/test_description_store.py.
-"""
+model types built of it, checked against transformers' own build by tests/test_description_store.py."""
 
 from __future__ import annotations
 

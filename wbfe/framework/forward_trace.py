@@ -1,12 +1,11 @@
-"""Which dropout acts on the features a head reads, seen in the skeleton's own forward pass on the
-meta device: the module tree shows neither call order nor functional dropout (T5's decoder, BART).
-Where the pass cannot run, the module-tree reading (:mod:`wbfe.framework.head_facts`) decides
-(docs/metrics.md, "Where BFE-W applies").
-"""
+"""Which dropout acts on the features a head reads, seen in the skeleton's own forward pass on the meta device: the
+module tree shows neither call order nor functional dropout (T5's decoder, BART). Where the pass cannot run, the
+module-tree reading (:mod:`wbfe.framework.head_facts`) decides (docs/metrics.md, "Where BFE-W applies")."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Union
@@ -64,8 +63,7 @@ def head_input_dropouts(model: Any, head: str) -> Union[HeadInput, str]:
     a string saying why the forward pass could not tell.
 
     Layer stacks are cut to their first and last block for the pass (what reaches the head runs after
-    the last one); where the cut model does not run, the whole one is run.
-    """
+    the last one); where the cut model does not run, the whole one is run."""
     inputs = meta_inputs(model)
     if isinstance(inputs, str):
         return inputs
@@ -103,19 +101,15 @@ def _trace(model: Any, modules: dict[str, Any], head_module: str, inputs: dict[s
                     events.append(("dropout", [layer, float(rate)]))
             return func(*args, **kwargs)
 
-    def before(name: str) -> Any:
-        def hook(*_: Any) -> None:
-            stack.append(name)
-            if name == head_module:
-                events.append(("head", name))
-        return hook
+    def before(name: str, *_: Any) -> None:
+        stack.append(name)
+        if name == head_module:
+            events.append(("head", name))
 
-    def after(name: str, computes: bool) -> Any:
-        def hook(*_: Any) -> None:
-            stack.pop()
-            if computes and name != head_module:
-                events.append(("weighted", name))
-        return hook
+    def after(name: str, computes: bool, *_: Any) -> None:
+        stack.pop()
+        if computes and name != head_module:
+            events.append(("weighted", name))
 
     hooks = []
     for name, module in modules.items():
@@ -123,16 +117,15 @@ def _trace(model: Any, modules: dict[str, Any], head_module: str, inputs: dict[s
         # container ends after its last step, which may be the very dropout sought
         computes = (next(module.parameters(recurse=False), None) is not None
                     and all(next(child.parameters(), None) is None for child in module.children()))
-        hooks.append(module.register_forward_pre_hook(before(name)))
-        hooks.append(module.register_forward_hook(after(name, computes)))
+        hooks.append(module.register_forward_pre_hook(functools.partial(before, name)))
+        hooks.append(module.register_forward_hook(functools.partial(after, name, computes)))
     try:
         with torch.no_grad(), _Dropouts():
             model(**inputs)
     finally:
         for hook in hooks:
             hook.remove()
-    calls = [k for k, (kind, _) in enumerate(events) if kind == "head"]
-    if not calls:
+    if not (calls := [k for k, (kind, _) in enumerate(events) if kind == "head"]):
         return f"the forward pass never calls the head module {head_module}"
     found: list[list[Any]] = []
     feeds: Optional[str] = None

@@ -1,8 +1,6 @@
-"""What a built ``nn.Module``'s tree says about the path into its head: the dropout beside the head
-(with the rates the framework took from the config), a summary stage it reads (XLNet's
-SequenceSummary), and other heads with the same outputs (DeiT's distillation head). The rules:
-docs/metrics.md, "Where BFE-W applies".
-"""
+"""What a built ``nn.Module``'s tree says about the path into its head: the dropout beside the head (with the rates the
+framework took from the config), a summary stage it reads (XLNet's SequenceSummary), and other heads with the same
+outputs (DeiT's distillation head). The rules: docs/metrics.md, "Where BFE-W applies"."""
 
 from __future__ import annotations
 
@@ -66,8 +64,7 @@ def _stage_dropouts(stage: Any) -> tuple[list[tuple[str, float]], list[tuple[str
     rated = {name: dropout_rate(layer) for name, layer in stage.named_children() if dropout_rate(layer) > 0}
     if not rated:
         return [], []
-    order = _call_order(stage)
-    if order is None:
+    if (order := _call_order(stage)) is None:
         return list(rated.items()), []
     weighted = [k for k, name in enumerate(order) if next(getattr(stage, name).parameters(), None) is not None]
     last = weighted[-1] if weighted else -1

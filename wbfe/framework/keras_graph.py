@@ -1,7 +1,6 @@
 """A Keras model's head, and the dropout on its input, from its own ``model_config`` (an ``.h5``'s
 attribute, a ``.keras``'s ``config.json``): walked back from the (first) output through the layers
-without a weight matrix, into nested models (docs/checkpoints.md). Pure functions of the JSON.
-"""
+without a weight matrix, into nested models (docs/checkpoints.md). Pure functions of the JSON."""
 
 from __future__ import annotations
 
@@ -80,8 +79,7 @@ def keras_head(config: Any, prefix: tuple[str, ...] = (), seen: Optional[set[tup
     """``(head, None)``: the layer whose weight matrix produces the model's (first) output; ``(None,
     why)`` where the config does not say (no layers, merged branches, a layer wbfe does not know)."""
     seen = set() if seen is None else seen
-    layers = config_layers(config)
-    if not layers:
+    if not (layers := config_layers(config)):
         return None, "the Keras model config lists no layers"
     by_name = {_name(layer): layer for layer in layers}
     inner = config.get("config", {}) if isinstance(config, dict) else {}

@@ -1,8 +1,6 @@
 """An in-memory ``nn.Module`` described by itself. One that names no head (``get_output_embeddings()``,
-``get_classifier()``) has its last registered ``nn.Linear`` taken, where it matches ``num_classes``;
-the dropout into it, inside an ``nn.Sequential``, is read between it and the layer before it
-(docs/metrics.md, "Where BFE-W applies").
-"""
+``get_classifier()``) has its last registered ``nn.Linear`` taken, where it matches ``num_classes``; the dropout into
+it, inside an ``nn.Sequential``, is read between it and the layer before it (docs/metrics.md, "Where BFE-W applies")."""
 
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
     facts = {"family": type(module).__name__, **head_facts(module, head, drop_rate=getattr(module, "drop_rate", None))}
     if head is not None and rule is not None:
         facts["head_rule"] = rule
-        in_sequence = _dropout_in_sequence(module, head, torch.nn.Sequential)
-        if in_sequence is not None:
+        if (in_sequence := _dropout_in_sequence(module, head, torch.nn.Sequential)) is not None:
             facts["dropout"] = in_sequence
     note = None if head else (rule or "the module names no output embeddings or classifier")
     return FrameworkDescription("torch", type(module).__name__, tuple(order), head, tied, layouts, note, facts=facts,

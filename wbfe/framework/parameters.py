@@ -22,10 +22,8 @@ def shared_parameters(module: Any) -> tuple[list[str], dict[str, str]]:
     first: dict[int, str] = {}
     shared: dict[str, str] = {}
     for name, param in module.named_parameters(remove_duplicate=False):
-        if id(param) in first:
-            shared[name] = first[id(param)]
-        else:
-            first[id(param)] = name
+        if (owner := first.setdefault(id(param), name)) != name:
+            shared[name] = owner
     return list(first.values()), shared
 
 

@@ -1,8 +1,7 @@
 """Framework descriptions remembered on disk (docs/cache.md, kind ``descriptions``), so that a second
 score of an architecture imports neither torch nor its framework. The key hashes all the build
 depends on (what it read, the framework's and torch's versions, wbfe's code): an upgrade is a miss,
-never a stale answer. A cache that cannot be written costs only the speed.
-"""
+never a stale answer. A cache that cannot be written costs only the speed."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def cached(framework: str, packages: tuple[str, ...], read: Mapping[str, Any], b
     """The description remembered for ``read``, else ``build()``'s, remembered unless it says ``framework`` is not
     installed (see :func:`description_key`)."""
     key = description_key(framework, packages, read)
-    found = recall(key)
-    if found is None:
+    if (found := recall(key)) is None:
         found = build()
         if not (isinstance(found, Fallback) and found.startswith(f"{framework} is not installed")):
             remember(key, found)
@@ -91,14 +89,12 @@ def remember(key: Optional[str], found: Described) -> None:
         return
     payload: dict[str, Any] = ({"fallback": str(found)} if isinstance(found, Fallback)
                                else {"description": found.to_dict()})
-    try:
-        text = json.dumps({"format": FORMAT, "key": key, "sha256": _digest(payload), "payload": payload},
-                          allow_nan=False)
-    except (TypeError, ValueError):  # facts that are not JSON: not remembered, built again next time
-        return
     path = _path(key)
     try:
-        write_atomic(path, text)
+        write_atomic(path, json.dumps({"format": FORMAT, "key": key, "sha256": _digest(payload), "payload": payload},
+                                      allow_nan=False))
+    except (TypeError, ValueError):  # facts that are not JSON: not remembered, built again next time
+        return
     except (OSError, WbfeError):  # a read-only or full cache: the description is used all the same
         return
     _bound(path.parent.parent, keep=path)

@@ -1,6 +1,5 @@
 """A timm model described by timm itself: ``timm.create_model(name, pretrained=False)`` on the meta
-device, with a ``config.json``'s ``model_args`` as timm's hub loader applies them (docs/checkpoints.md).
-"""
+device, with a ``config.json``'s ``model_args`` as timm's hub loader applies them (docs/checkpoints.md)."""
 
 from __future__ import annotations
 
@@ -72,22 +71,17 @@ def _built(architecture: str, kwargs_json: str, classifier: Optional[str]) -> Un
         return Fallback(f"timm {timm.__version__} has no model {name}")
     try:
         with torch.device("meta"):
-            model = timm.create_model(name, pretrained=False, **json.loads(kwargs_json))
+            model: Any = timm.create_model(name, pretrained=False, **json.loads(kwargs_json))
     except Exception as exc:  # noqa: BLE001 - any failure to build means "use the rules"
         return Fallback(f"timm could not build {name} ({type(exc).__name__})")
     order, tied = shared_parameters(model)
     layouts = transposed_weights(model)
-    head = _classifier(model, classifier or getattr(model, "pretrained_cfg", {}).get("classifier"))
+    head = weight_name(model, model.get_classifier() if hasattr(model, "get_classifier") else None)
+    declared = classifier or getattr(model, "pretrained_cfg", {}).get("classifier")
+    if head is None and declared:
+        params = dict(model.named_parameters())
+        head = next((c for c in (declared, f"{declared}.weight") if c in params and params[c].ndim >= 2), None)
     note = None if head else f"timm's {name} names no classifier weight"
     # timm applies its drop_rate functionally before the classifier in many models (ResNet, ...)
     facts = {"family": name, **head_facts(model, head, drop_rate=getattr(model, "drop_rate", None))}
     return FrameworkDescription("timm", architecture, tuple(order), head, tied, layouts, note, facts=facts)
-
-
-def _classifier(model: Any, declared: Optional[str]) -> Optional[str]:
-    """The classifier weight: the module ``get_classifier()`` returns, else the declared name."""
-    found = weight_name(model, model.get_classifier() if hasattr(model, "get_classifier") else None)
-    if found is not None:
-        return found
-    params = dict(model.named_parameters()) if declared else {}
-    return next((c for c in (declared, f"{declared}.weight") if c in params and params[c].ndim >= 2), None)

@@ -1,7 +1,6 @@
 """A Hugging Face ``config.json`` described by transformers itself: the class ``architectures`` names,
 built on the meta device (docs/checkpoints.md). Code a checkpoint ships with (``auto_map``) is never
-run: such a model is left to wbfe's rules, as is one transformers does not know or cannot build.
-"""
+run: such a model is left to wbfe's rules, as is one transformers does not know or cannot build."""
 
 from __future__ import annotations
 
@@ -80,15 +79,15 @@ def _built(config: dict[str, Any], arch: str) -> Union[FrameworkDescription, Fal
             model = model_class(parsed)
     except Exception as exc:  # noqa: BLE001 - any failure to build means "use the rules"
         return Fallback(f"transformers could not build {arch} from config.json ({type(exc).__name__})")
-    return _read(model, arch, config, skeleton=True)
+    return _read(model, arch, skeleton=True)
 
 
 def describe_built(model: Any) -> FrameworkDescription:
     """A transformers model already built, read as the skeleton is; its weights are not touched."""
-    return _read(model, type(model).__name__, {}, skeleton=False)
+    return _read(model, type(model).__name__, skeleton=False)
 
 
-def _read(model: Any, arch: str, config: dict[str, Any], *, skeleton: bool) -> FrameworkDescription:
+def _read(model: Any, arch: str, *, skeleton: bool) -> FrameworkDescription:
     declared = getattr(model, "all_tied_weights_keys", None)  # transformers 5: {tied weight: its source}
     tied: dict[str, str] = {str(k): str(v) for k, v in declared.items()} if isinstance(declared, dict) else {}
     names, shared = shared_parameters(model)
@@ -101,7 +100,7 @@ def _read(model: Any, arch: str, config: dict[str, Any], *, skeleton: bool) -> F
         layouts = transposed_weights(model, also=(Conv1D,))
     except ImportError:
         layouts = transposed_weights(model)
-    head, note = _head(model, arch, config)
+    head, note = _head(model, arch)
     static = head_facts(model, head)
     facts = {"family": str(getattr(model.config, "model_type", "") or ""), **static,
              **_traced(model, head, skeleton, static)}
@@ -161,7 +160,7 @@ def _saved_names(model: Any, names: list[str]) -> dict[str, str]:
     return out
 
 
-def _head(model: Any, arch: str, config: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
+def _head(model: Any, arch: str) -> tuple[Optional[str], Optional[str]]:
     import torch
 
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

@@ -1,7 +1,6 @@
 """Whether a transformers model stores any weight transposed, read from transformers' modeling files
 as text (no import of transformers or torch, seconds saved): only ``Conv1D`` and ``ConvTranspose*``
-do. The files it imports from and its sub-configs' are read too; anything not found is "cannot tell".
-"""
+do. The files it imports from and its sub-configs' are read too; anything not found is "cannot tell"."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ __all__ = ["plain_layouts"]
 
 # What builds a weight stored [in, out, k...]; a mention in a comment only makes the answer "cannot tell".
 _TRANSPOSED = re.compile(r"\bConv1D\b|ConvTranspose")
-_IMPORTED = re.compile(r"^from \.\.(\w+)\.modeling_\w+ import", re.MULTILINE)
+_IMPORTED = re.compile(r"^from \.\.(?!auto\.)(\w+)\.modeling_\w+ import", re.MULTILINE)
 
 
 def plain_layouts(config: Any) -> Optional[str]:
@@ -47,30 +46,26 @@ def _model_files(models: Path, config: dict[str, Any], arch: Optional[str]) -> O
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type.replace("-", "_").isidentifier():
         return None
-    own = _modeling_file(models, model_type.replace("-", "_"))
-    if own is None:
+    if (own := _modeling_file(models, model_type.replace("-", "_"))) is None:
         return None
     text = own.read_text(encoding="utf-8", errors="replace")
     if arch is not None and not re.search(rf"^class {re.escape(arch)}\(", text, re.MULTILINE):
         return None  # the class is not where the model type says: cannot tell
-    files, pending = [own], [m for m in _IMPORTED.findall(text) if m != "auto"]
+    files, pending = [own], _IMPORTED.findall(text)
     sub_configs = [v for v in config.values() if isinstance(v, dict) and "model_type" in v]
     if "from ..auto" in text and not sub_configs:
         return None  # built through the auto classes from a sub-config the file does not show
     for sub in sub_configs:
-        found = _model_files(models, sub, None)
-        if found is None:
+        if (found := _model_files(models, sub, None)) is None:
             return None
         files += found
     while pending:
         folder = pending.pop()
-        path = _modeling_file(models, folder)
-        if path is None:
+        if (path := _modeling_file(models, folder)) is None:
             return None
         if path not in files:
             files.append(path)
-            pending += [m for m in _IMPORTED.findall(path.read_text(encoding="utf-8", errors="replace"))
-                        if m != "auto"]
+            pending += _IMPORTED.findall(path.read_text(encoding="utf-8", errors="replace"))
     return files
 
 

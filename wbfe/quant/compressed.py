@@ -1,11 +1,6 @@
-"""compressed-tensors' integer layouts (llm-compressor's W4A16, W8A16 and W8A8 checkpoints, as vLLM loads them).
-
-``pack-quantized``: ``weight_packed`` holds each row's b-bit values plus 2^(b−1), 32/b to an int32 word, lowest bits
-first; ``weight_shape`` is the matrix's shape, and an asymmetric group or channel scheme's ``weight_zero_point`` is
-packed the same way down its columns. ``int-quantized`` (and ``naive-quantized``): an int8 ``weight``. Either way
-W = (q − z)·s, ``weight_scale`` (and the zero point) per tensor, output channel, group of inputs or block: what the
-package's own ``dequantize`` computes, here in float64, where every product is exact. The layouts: docs/checkpoints.md.
-"""
+"""compressed-tensors' integer layouts (llm-compressor's W4A16, W8A16 and W8A8 checkpoints, as vLLM loads them):
+W = (q − z)·s as the package's own ``dequantize`` computes it, here in float64, where every product is exact. The
+layouts (``pack-quantized``, ``int-quantized``): docs/checkpoints.md."""
 
 from __future__ import annotations
 
@@ -73,7 +68,6 @@ def compressed_weight(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[
     args = _weight_args(qconfig, prefix)
     s, z, g = parts["scale"], parts.get("zero_point"), parts.get("g_idx")
     packed = parts.get("packed")
-    fmt = "pack-quantized" if packed is not None else "int-quantized"
     if packed is not None and packed.dtype != "int32":  # nvfp4- or mxfp4-pack-quantized: two FP4 values a byte
         fp4 = str(qconfig.get("format") or "fp4-pack-quantized")
         raise UnsupportedDtypeError(f"{packed.dtype} packed FP4 values ({fp4}), which wbfe does not dequantise",
@@ -99,9 +93,12 @@ def compressed_weight(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[
                                      f"{list(s.shape)} nor its packing")
     if g is not None:
         group_size = size[1] if kind == "block" and size is not None else None
-        _check_input_order(to_numpy(g.load()), shape[-1], group_size, f"compressed-tensors-{fmt}")
-    label = _block_label(size) if kind == "block" else kind
-    rows = int(s.shape[-2]) if len(s.shape) >= 2 else 1
+        scheme = f"compressed-tensors-{'pack' if packed is not None else 'int'}-quantized"
+        _check_input_order(to_numpy(g.load()), shape[-1], group_size, scheme)
+    label = kind
+    if kind == "block":
+        assert size is not None
+        label = f"g{size[1]}" if size[0] == 1 else f"block{size[0] if size[0] == size[1] else shape_text(size)}"
 
     def load() -> torch.Tensor:
         if packed is not None:
@@ -109,19 +106,12 @@ def compressed_weight(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[
         else:
             values = to_torch(parts["int_weight"].load())
         zero = None if z is None else to_torch(z.load())
-        if zero is not None and zero_shape != tuple(s.shape):
-            zero = unpack_values(zero, bits, rows, -2)
+        if zero is not None and zero_shape != tuple(s.shape):  # packed down the columns: the scale has 2 dims
+            zero = unpack_values(zero, bits, int(s.shape[-2]), -2)
         return dequantize_compressed(values, to_torch(s.load()), zero, block)
 
     return TensorEntry(name=f"{prefix}.weight", shape=shape, dtype="float64", load=load,
                        quant=f"compressed-tensors-int{bits}-{label}")
-
-
-def _block_label(size: Optional[tuple[int, int]]) -> str:
-    assert size is not None
-    if size[0] == 1:
-        return f"g{size[1]}"
-    return f"block{size[0]}" if size[0] == size[1] else f"block{shape_text(size)}"
 
 
 def _stored_shape(entry: Optional[TensorEntry], packed: TensorEntry) -> tuple[int, ...]:
@@ -173,11 +163,8 @@ def unpack_values(packed: torch.Tensor, bits: int, count: int, dim: int) -> torc
 
 def dequantize_compressed(q: torch.Tensor, scale: torch.Tensor, zero_point: Optional[torch.Tensor],
                           block: Optional[Sequence[Any]] = None) -> torch.Tensor:
-    """W = (q − z)·s in float64, the scale and zero point (of the scale's shape) per tensor, channel, group or block.
-
-    Raises:
-        CorruptCheckpointError: the scale's shape fits no layout.
-    """
+    """W = (q − z)·s in float64, the scale and zero point (of the scale's shape) per tensor, channel, group or block;
+    CorruptCheckpointError where the scale's shape fits no layout."""
     import torch
 
     values = q.to(torch.float64)

@@ -1,8 +1,6 @@
-"""FP8 weights (e4m3 / e5m2) times their scales: per tensor, per output channel, or per block.
-
-The layouts are in docs/checkpoints.md (DeepSeek-V3's ``weight_scale_inv`` is, despite its name,
-multiplied). Every FP8 value times a float32 scale is exact in float64.
-"""
+"""FP8 weights (e4m3 / e5m2) times their scales: per tensor, per output channel, or per block (docs/checkpoints.md;
+DeepSeek-V3's ``weight_scale_inv`` is, despite its name, multiplied). Every FP8 value times a float32 scale is exact in
+float64."""
 
 from __future__ import annotations
 
@@ -67,24 +65,17 @@ def _block_size(block: object) -> tuple[int, int]:
 
 def fp8_scheme(dtype: str, weight_shape: Sequence[int], scale_shape: Sequence[int],
                block: Optional[Sequence[int]] = None) -> str:
-    """The ``quant`` name, e.g. ``fp8-e4m3-block128``, ``fp8-e4m3-channel``, ``fp8-e5m2-tensor``.
-
-    Raises:
-        CorruptCheckpointError: the scale's shape fits no layout.
-    """
+    """The ``quant`` name, e.g. ``fp8-e4m3-block128``, ``fp8-e4m3-channel``, ``fp8-e5m2-tensor``;
+    CorruptCheckpointError where the scale's shape fits no layout."""
     kind, size = scale_layout(weight_shape, scale_shape, block)
     if size is not None:
         kind += str(size[0]) if size[0] == size[1] else shape_text(size)
     return f"fp8-{FP8_FORMATS.get(dtype, dtype)}-{kind}"
 
 
-def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor,
-                   block: Optional[Sequence[int]] = None) -> torch.Tensor:
-    """``weight`` (FP8, ``[..., out, in]``) times ``scale`` laid out per tensor, channel or block, in float64.
-
-    Raises:
-        CorruptCheckpointError: the scale's shape fits no layout.
-    """
+def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor, block: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """``weight`` (FP8, ``[..., out, in]``) times ``scale`` laid out per tensor, channel or block, in float64;
+    CorruptCheckpointError where the scale's shape fits no layout."""
     import torch
 
     return weight.to(torch.float64) * scale_grid(scale, weight.shape, block)
@@ -93,11 +84,8 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor,
 def scale_grid(scale: torch.Tensor, weight_shape: Sequence[int], block: Optional[Sequence[int]] = None,
                what: str = "FP8") -> torch.Tensor:
     """``scale`` (or a zero point of its shape) as float64 that broadcasts over a weight of ``weight_shape``: one
-    value, one a row, or one a block (``block``: the config's, else the one the grid implies).
-
-    Raises:
-        CorruptCheckpointError: the scale's shape fits no layout.
-    """
+    value, one a row, or one a block (``block``: the config's, else the one the grid implies); CorruptCheckpointError
+    where the scale's shape fits no layout."""
     import torch
 
     kind, size = scale_layout(weight_shape, scale.shape, block, what)

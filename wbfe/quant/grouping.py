@@ -1,11 +1,9 @@
 """Group a quantized weight with its scales as the entries stream past, and dequantise it on load; likewise compose
 a weight torch stores as parts (weight norm's g and v, spectral norm's weight and u, v) into the weight the model uses.
 
-A weight and its companions share a module prefix (``x.qweight``, ``x.qzeros``, ``x.scales``,
-``x.g_idx``; ``x.weight`` (FP8) and ``x.weight_scale_inv``; ``x.w_blocks`` and ``x.w_scales``;
-``x.weight_g`` and ``x.weight_v``) and lie next to each other in any stored order wbfe meets, so a group is held
-only until the stream moves past its prefix: nothing but the entries' metadata is held, and nothing is read early.
-"""
+A weight and its companions share a module prefix (``x.qweight``, ``x.scales``; ``x.weight_g``, ``x.weight_v``) and
+lie next to each other in any stored order wbfe meets, so a group is held (its metadata only) until the stream moves
+past its prefix."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ from wbfe.errors import CorruptCheckpointError, UnsupportedDtypeError
 from wbfe.framework import IN_OUT, OUT_IN
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.quant.compressed import compressed_weight, config_block, dequantize_compressed
-from wbfe.quant.fp8 import FP8_FORMATS, config_whole, dequantize_fp8, fp8_scheme
+from wbfe.quant.fp8 import FP8_FORMATS, config_whole, fp8_scheme
 from wbfe.quant.mxfp4 import dequantize_mxfp4
 from wbfe.quant.packed_int import dequantize_awq, dequantize_gptq
 from wbfe.sources import TensorEntry
@@ -56,6 +54,10 @@ COMPOSED = tuple(_KINDS.values())  # the `quant` of a composed weight begins so:
 _ROLE_WHAT = {"g": "magnitude g", "v": "direction v", "orig": "weight before its division by σ",
               "u": "power-iteration vector u"}
 
+# The parts that make a quantized weight whole, one set a layout (FP8, GPTQ/AWQ, MXFP4, compressed-tensors' three).
+_WHOLE = ({"weight", "scale"}, {"qweight", "qzeros", "scales"}, {"blocks", "mx_scales"}, {"packed", "scale"},
+          {"int_weight", "scale"}, {"kept", "bitmask"})
+
 Item = tuple[TensorEntry, Optional[str]]
 _WORDS = ("int32", "uint32")
 
@@ -64,13 +66,10 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
     """``(prefix, part)`` of a tensor that belongs to a quantized weight (or ``(weight, its own name)`` of a part of
     a normalised weight), else None."""
     name = entry.name
-    norm = _norm_part(name)
-    if norm is not None:
+    if (norm := _norm_part(name)) is not None:
         return norm[0], name
-    for suffix, part in (("_blocks", "blocks"), ("_scales", "mx_scales")):
-        if name.endswith(suffix) and entry.dtype == "uint8":
-            return name[: -len(suffix)], part
-    for suffix, part in _SPARSE.items():
+    mxfp4 = {"_blocks": "blocks", "_scales": "mx_scales"} if entry.dtype == "uint8" else {}
+    for suffix, part in {**mxfp4, **_SPARSE}.items():
         if name.endswith(suffix):
             return name[: -len(suffix)], part
     prefix, _, last = name.rpartition(".")
@@ -84,8 +83,7 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
 def _norm_part(name: str) -> Optional[tuple[str, str]]:
     """``(the weight's name, the part's role: g, v, orig, u, or "" for another parametrization's)`` of a tensor torch
     stores for a normalised weight, else None."""
-    new = _NEW.fullmatch(name)
-    if new is not None:
+    if (new := _NEW.fullmatch(name)) is not None:
         return new[1] + new[2], _NEW_ROLES.get(new[3], "")
     old = _OLD.fullmatch(name)
     return (old[1], old[2]) if old is not None else None
@@ -93,15 +91,11 @@ def _norm_part(name: str) -> Optional[tuple[str, str]]:
 
 def _roles(parts: dict[str, TensorEntry]) -> dict[str, str]:
     """Each part's role (:func:`_norm_part`) where ``parts``, keyed by their names, are a normalised weight's."""
-    found = {name: _norm_part(name) for name in parts}
-    return {name: part[1] for name, part in found.items() if part is not None}
+    return {name: part[1] for name in parts if (part := _norm_part(name)) is not None}
 
 
 def _complete(parts: dict[str, TensorEntry]) -> bool:
-    return (tuple(sorted(_roles(parts).values())) in _KINDS or {"weight", "scale"} <= parts.keys()
-            or {"qweight", "qzeros", "scales"} <= parts.keys() or {"blocks", "mx_scales"} <= parts.keys()
-            or {"packed", "scale"} <= parts.keys() or {"int_weight", "scale"} <= parts.keys()
-            or {"kept", "bitmask"} <= parts.keys())
+    return tuple(sorted(_roles(parts).values())) in _KINDS or any(whole <= parts.keys() for whole in _WHOLE)
 
 
 def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None,
@@ -164,8 +158,7 @@ def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], e
     for part, entry in parts.items():
         if part not in ("weight", "qweight", "blocks", "packed", "int_weight"):  # int_weight: the name it replaces
             yield entry, f"consumed: {_WHAT[part]} of {weight.name}"
-    main = parts.get("qweight") or parts.get("blocks") or parts.get("packed")
-    if main is not None:
+    if (main := parts.get("qweight") or parts.get("blocks") or parts.get("packed")) is not None:
         yield main, f"consumed: packed data of {weight.name} (scored dequantised)"
 
 
@@ -189,10 +182,8 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
             raise CorruptCheckpointError(f"FP8 zero point {list(z.shape)} and scale {list(s.shape)} differ in shape")
         block = config_block(qconfig, prefix) if "config_groups" in qconfig else qconfig.get("weight_block_size")
         scheme = fp8_scheme(w.dtype, w.shape, s.shape, block)
-        if z is not None:
-            return _entry(w.name, w.shape, scheme, lambda: dequantize_compressed(
-                to_torch(w.load()), to_torch(s.load()), to_torch(z.load()), block))
-        return _entry(w.name, w.shape, scheme, lambda: dequantize_fp8(to_torch(w.load()), to_torch(s.load()), block))
+        return _entry(w.name, w.shape, scheme, lambda: dequantize_compressed(
+            to_torch(w.load()), to_torch(s.load()), None if z is None else to_torch(z.load()), block))
     if "blocks" in parts:
         b, s = parts["blocks"], parts["mx_scales"]
         if len(b.shape) < 3 or b.shape[-1] != 16 or tuple(b.shape[:-1]) != tuple(s.shape):
@@ -221,10 +212,19 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
     declared = qconfig.get("group_size", qconfig.get("q_group_size"))
     if declared is not None and config_whole(declared) != group_size:
         raise CorruptCheckpointError(f"config's group size {declared} does not fit {groups} groups of {n_in} inputs")
-    if g is not None and not awq and (tuple(g.shape) != (n_in,) or not g.dtype.startswith(("int", "uint"))):
-        raise CorruptCheckpointError(f"GPTQ g_idx of {g.dtype} {list(g.shape)}: expected whole group indexes [{n_in}]")
     if g is not None and not awq:
-        _check_groups(to_numpy(g.load()), groups)
+        if tuple(g.shape) != (n_in,) or not g.dtype.startswith(("int", "uint")):
+            raise CorruptCheckpointError(f"GPTQ g_idx of {g.dtype} {list(g.shape)}: expected whole group indexes "
+                                         f"[{n_in}]")
+        # Read now (one integer an input): a group its scales do not have would leave an input without a scale, and
+        # the weight is skipped saying so before any work.
+        g_idx = to_numpy(g.load())
+        outside = (g_idx < 0) | (g_idx >= groups)
+        if outside.any():
+            first = int(outside.argmax())
+            raise CorruptCheckpointError(
+                f"GPTQ g_idx gives {int(outside.sum())} of its {g_idx.size} inputs a group outside the {groups} of its "
+                f"scales (input {first}: group {int(g_idx[first])}, expected 0 to {groups - 1})")
     label = f"g{group_size}" if group_size > 0 else "channel"
     name = f"{prefix}.weight"
     if awq:
@@ -234,17 +234,6 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
     return _entry(name, (n_out, n_in), f"gptq-int{bits}-{label}", lambda: dequantize_gptq(
         to_torch(q.load()), to_torch(z.load()), to_torch(s.load()), bits=bits, group_size=group_size,
         g_idx=to_torch(g.load()) if g is not None else None, zero_offset=offset))
-
-
-def _check_groups(g_idx: Any, groups: int) -> None:
-    """Refuse a GPTQ ``g_idx`` naming a group its scales do not have: that input would have no scale. Read when the
-    weight is planned (one integer an input), so that the weight is skipped saying so before any work."""
-    outside = (g_idx < 0) | (g_idx >= groups)
-    if outside.any():
-        first = int(outside.argmax())
-        raise CorruptCheckpointError(
-            f"GPTQ g_idx gives {int(outside.sum())} of its {g_idx.size} inputs a group outside the {groups} of its "
-            f"scales (input {first}: group {int(g_idx[first])}, expected 0 to {groups - 1})")
 
 
 def _compose(name: str, parts: dict[str, TensorEntry], roles: dict[str, str],

@@ -1,8 +1,7 @@
 """MXFP4 (OCP Microscaling): blocks of 32 FP4 (e2m1) values sharing one E8M0 power-of-two scale.
 
 The layout is in docs/checkpoints.md; the result is ``[E, in, out]``, the layout of gpt-oss's bfloat16
-checkpoints, so both are read alike. Every value is exact in float64.
-"""
+checkpoints, so both are read alike. Every value is exact in float64."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ FP4_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0
 def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """``[..., out, G, 16]`` bytes and ``[..., out, G]`` E8M0 scales (shapes the planner checked) -> float64
     ``[..., G·32, out]``; a block under the E8M0 NaN code (255) is NaN, as the format defines it, so the weight is
-    skipped for its non-finite values as a NaN scale of any other format is.
-    """
+    skipped for its non-finite values as a NaN scale of any other format is."""
     import torch
 
     codes = scales.to(torch.int32)

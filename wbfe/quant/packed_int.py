@@ -1,6 +1,5 @@
 """GPTQ and AWQ: 2-, 4- or 8-bit integers packed into int32 words, with per-group scales and zeros (the
-layouts: docs/checkpoints.md). W[r, c] = scales[g, c] · (q[r, c] − z[g, c]), returned ``[out, in]`` float64.
-"""
+layouts: docs/checkpoints.md). W[r, c] = scales[g, c] · (q[r, c] − z[g, c]), returned ``[out, in]`` float64."""
 
 from __future__ import annotations
 
@@ -33,17 +32,13 @@ def dequantize_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.T
                     group_size: int = 128, g_idx: Optional[torch.Tensor] = None, zero_offset: int = 1) -> torch.Tensor:
     """GPTQ's packed int weight -> float64 ``[out, in]`` (the shapes of its parts, ``g_idx``'s among them, checked
     by the planner). An input whose group index is out of range has no scale: its column is NaN (the planner reads the
-    g_idx and skips such a weight first, saying which index is out of range).
-    """
+    g_idx and skips such a weight first, saying which index is out of range)."""
     import torch
 
     q = unpack_int32(qweight, bits, 0)  # [in, out]
     z = unpack_int32(qzeros, bits, 1) + zero_offset  # [groups, out]
     groups, n_in = scales.shape[0], q.shape[0]
-    if g_idx is None:
-        g = torch.arange(n_in) // (n_in if group_size in (-1, 0) else group_size)
-    else:
-        g = g_idx.to(torch.int64)
+    g = g_idx.to(torch.int64) if g_idx is not None else torch.arange(n_in) // (n_in if group_size in (-1, 0) else group_size)
     outside = (g < 0) | (g >= groups)
     g = g.clamp(0, groups - 1)
     w = scales.to(torch.float64)[g] * (q - z[g]).to(torch.float64)
