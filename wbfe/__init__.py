@@ -9,6 +9,7 @@ Heavy dependencies (torch, scipy) are imported on first use, not by ``import wbf
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from wbfe import errors as _errors
@@ -45,8 +46,6 @@ def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'wbfe' has no attribute {name!r}")
-    import importlib
-
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
     value = getattr(module, attr) if attr else module

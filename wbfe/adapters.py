@@ -13,12 +13,15 @@ from typing import Any, Optional
 
 import numpy as np
 
+from wbfe import engine
+from wbfe.comparison import pair_change
 from wbfe.engine.heads import UNSELECTED
 from wbfe.engine.matrices import Skip, find_head, role_of
 from wbfe.engine.result import column_mean
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError
 from wbfe.framework import order_rows
 from wbfe.linalg.arrays import to_numpy, to_torch
+from wbfe.linalg.spectra import pin_threads
 from wbfe.metrics.bfe import bfe
 from wbfe.sources import TensorEntry, open_source, remote_ref
 from wbfe.sources.peft_adapter import PREFIX, AdapterSource, LoraConfig
@@ -146,9 +149,6 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
             configured rank, or a base weight of another shape.
         NoUsableMatrixError: nothing to score.
     """
-    from wbfe import engine
-    from wbfe.linalg.spectra import pin_threads
-
     context = engine.Context.of(options)
     if not isinstance(source, AdapterSource):
         raise InvalidOptionError(f"--base applies to a PEFT LoRA adapter folder (adapter_config.json); "
@@ -256,10 +256,6 @@ def _merge_with_base(
 ) -> tuple[dict[str, Any], list[str], dict[str, str]]:
     """Add the merged-module columns to ``layers``, streaming the base one tensor at a time as a score
     reads it; returns the base's provenance, its weights' order and the order's aliases."""
-    from wbfe import engine
-    from wbfe.comparison import pair_change
-    from wbfe.linalg.spectra import pin_threads
-
     by_weight = {f"{name}.weight": name for name in factors}
     rows = {row["name"]: row for row in layers if row.get("kind") == "lora"}
     found: set[str] = set()

@@ -1,7 +1,5 @@
-"""``wbfe.compare``: two checkpoints matrix by matrix: what changed, where, and by how much.
-
-Pairs are matched by name (after ``--map`` renames), or by graph order where both files describe it, and run
-through the engine's pipeline as a score's matrices do. docs/compare.md lists the columns, the summary, the folding
+"""``wbfe.compare``: two checkpoints matrix by matrix, paired by name (after ``--map`` renames) or by graph order,
+through the engine's pipeline as a score's matrices are. docs/compare.md lists the columns, the summary, the folding
 rule and the pairing. (Named `comparison` so as not to shadow ``wbfe.compare``.)"""
 
 from __future__ import annotations
@@ -72,12 +70,9 @@ class Comparison(ToJson):
 
     def to_pandas(self) -> Any:
         """One row per matched matrix (requires pandas), as :meth:`wbfe.ModelScore.to_pandas` builds it."""
-        from wbfe.engine import ModelScore
-
-        return ModelScore(model={}, layers=self.layers).to_pandas()
+        return engine.ModelScore(model={}, layers=self.layers).to_pandas()
 
     def _headline(self) -> list[tuple[str, Any]]:
-        """The summary's counts and means, for a notebook's one line."""
         keys = ("n_matched", "n_skipped", "n_unmatched_a", "n_unmatched_b", "rel_frobenius_mean",
                 "w1_log_eigs_mean", "d_bfe_mean", "d_alpha_mean")
         return [(k, self.summary[k]) for k in keys if k in self.summary]
@@ -237,10 +232,9 @@ def compare(
         collect(pipeline, wait=True)
         description = source_a.description  # A's own, as a score of A finds its head (recorded in its provenance)
         result.model_a, result.model_b = source_a.provenance.to_dict(), source_b.provenance.to_dict()
+        # a mistyped rename changed nothing, which only the unmatched names showed
         unused = [f"{p}={r}" for i, (p, r) in enumerate(given.name_map) if i not in used]
-        map_note = ""
-        if pairs is None and unused:  # a mistyped rename changed nothing, which only the unmatched names showed
-            map_note = f"--map {', '.join(map(repr, unused))} renamed no tensor of A"
+        map_note = f"--map {', '.join(map(repr, unused))} renamed no tensor of A" if pairs is None and unused else ""
         if not result.layers:
             raise NoUsableMatrixError(f"no matrix of {result.model_a.get('source')} has a comparable counterpart in "
                                       f"{result.model_b.get('source')} ({len(result.unmatched)} unmatched, "
@@ -251,10 +245,7 @@ def compare(
                                     description=description)
     result.options.update(versions=installed_versions(), device=str(context.device))
     result.summary["pairing"] = "name" if pairs is None else "graph order"
-    if note:
-        result.summary["pairing_note"] = note
-    if map_note:
-        result.summary["map_note"] = map_note
+    result.summary.update({key: text for key, text in (("pairing_note", note), ("map_note", map_note)) if text})
     return result
 
 
@@ -403,7 +394,7 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
     skipped_a = [row for row in result.skipped if row.get("side", "a") == "a"]
     choice = choose_head(rows, skipped_a, hint=hint, config=config, description=description)
     head = choice.name
-    by_name = {row["name"]: row for row in rows}
+    head_row = next((row for row in rows if row["name"] == head), {})
 
     def finite(column: str) -> list[tuple[float, str]]:
         return [(as_float(row.get(column)), row["name"]) for row in rows if math.isfinite(as_float(row.get(column)))]
@@ -423,7 +414,7 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
     for group in groups:
         for column in group.summary_columns:
             summary[f"d_{column}_mean"] = column_mean(rows, f"d_{column}")[0]
-            summary[f"d_{column}_head"] = by_name[head].get(f"d_{column}", math.nan) if head else math.nan
+            summary[f"d_{column}_head"] = head_row.get(f"d_{column}", math.nan)
     summary.update(_folding(rows))
     summary.update(most_changed=ranked("rel_frobenius"), most_changed_spectrum=ranked("w1_log_eigs"))
     return summary

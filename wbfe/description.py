@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+import numpy as np
+
 from wbfe import engine
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.engine.heads import HeadChoice, UNSELECTED, choose_head
@@ -15,6 +17,7 @@ from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.engine.ties import shared_storage
 from wbfe.framework import order_rows
 from wbfe.framework.transformers_source import plain_layouts
+from wbfe.linalg.spectra import DegenerateMatrixError
 from wbfe.options import ConvView, ScoreOptions, field_defaults, refuse_keywords
 from wbfe.render.text import ToJson
 from wbfe.sources import open_source
@@ -123,10 +126,8 @@ def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[d
     skipped: list[dict[str, Any]] = []
     storage: dict[Any, str] = {}
     for entry, plan in engine.stream(source, options):
-        # a name sharing an earlier matrix's storage was listed, where a score skips it as tied
-        shared = shared_storage(entry, storage) if isinstance(plan, MatrixPlan) else None
-        if shared is not None:
-            plan = shared
+        if isinstance(plan, MatrixPlan):  # a name sharing an earlier matrix's storage is skipped as tied, as scored
+            plan = shared_storage(entry, storage) or plan
         if isinstance(plan, MatrixPlan):
             matrices.append({"name": plan.name, "shape": list(plan.shape), "N": max(plan.rows, plan.cols),
                              "M": min(plan.rows, plan.cols), "n_slices": plan.n_slices, "n_eigs": plan.n_eigs,
@@ -191,10 +192,6 @@ def esd(ref: Any, name: str, *, conv: ConvView = "flatten", device: str = "auto"
         >>> wbfe.esd({"fc.weight": 2 * torch.eye(3)}, "fc").tolist()
         [4.0, 4.0, 4.0]
     """
-    import numpy as np
-
-    from wbfe.linalg.spectra import DegenerateMatrixError
-
     plan, spectrum = engine.layer_spectrum(ref, name, conv=conv, device=device)
     eigs = np.asarray(spectrum.eigs, dtype=float)
     if not spectrum.log_scale:

@@ -4,6 +4,7 @@ matching built-in; one-line messages, structured fields (``ref``, ``path``...) k
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, TypeVar
 
 __all__ = [
@@ -176,8 +177,6 @@ _MOVED_HUB_MODELS = {
 def hub_name_hint(ref: object) -> str:
     """``"; it looks like a Hugging Face model name: ..."`` (the full id of a well-known model, or what to
     write) for a reference that is no file but looks like a bare model name (``gpt2``); else ``""``."""
-    import re
-
     text = str(ref)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}", text) or re.search(
             r"\.(safetensors|bin|pt|pth|ckpt|gguf|onnx|h5|keras|npz|json|csv|ya?ml|tflite)$", text, re.I):

@@ -5,6 +5,7 @@ docs/pruning.md.
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
@@ -14,8 +15,11 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError
+from wbfe import __version__
+from wbfe._deps import require
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.options import PRUNE_METRICS, READ_BY, PruneOptions, field_defaults, refuse_keywords
+from wbfe.render.files import local_files, local_reads, refuse_overlap
 from wbfe.render.text import ToJson, as_float, json_ready, shape_text
 
 if TYPE_CHECKING:
@@ -45,8 +49,6 @@ class _Rows(ToJson):
     rows: list[dict[str, Any]]
 
     def to_pandas(self) -> Any:
-        from wbfe._deps import require
-
         pandas = require("pandas", "to_pandas() needs pandas (pip install pandas)")
         return pandas.DataFrame([_flat(r) for r in self.rows])
 
@@ -85,8 +87,6 @@ class Allocation(_Rows):
 
     def to_csv(self) -> str:
         """One CSV row per prunable matrix (shape as ``AxB``, NaN as an empty cell)."""
-        import csv
-
         buffer = io.StringIO()
         if self.rows:
             writer = csv.DictWriter(buffer, fieldnames=list(self.rows[0]), lineterminator="\n")
@@ -146,8 +146,7 @@ def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: f
     low, high = float(values.min()), float(values.max())
     unit = (values - low) / (high - low) if high > low else np.full_like(values, 0.5)
     base = target - spread + 2.0 * spread * unit
-    # every matrix mapped above 0 at the cap, those at or below it unpruned: the most any scale reaches (the doubling
-    # below never ended past it)
+    # every matrix mapped above 0 at the cap (the others unpruned): the most any scale reaches
     reachable = float(np.sum(params[base > 0.0]) * cap / np.sum(params))
     if target > reachable:
         raise InvalidOptionError(f"target {target:g} cannot be reached with spread {spread:g}: the matrices mapped "
@@ -218,7 +217,6 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = _DEFAULT
             second copy of a tensor its index gives to another shard; the errors of :func:`sparsity`.
     """
     from wbfe.editing import check_editable, edit_checkpoint, edited_output
-    from wbfe.render.files import local_files, local_reads, refuse_overlap
 
     options = _options(options, target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
                        exclude=exclude, layers=layers, head=head, method=method, device=device, min_eigs=min_eigs)
@@ -275,8 +273,6 @@ def _score(ref: Any, options: PruneOptions, groups: Optional[list[str]] = None) 
 
 
 def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
-    from wbfe.errors import NoUsableMatrixError
-
     rows, excluded = [], []
     for layer in result.layers:
         role, shape, dtype = layer.get("role", ""), tuple(layer.get("shape") or ()), str(layer.get("dtype", ""))
@@ -331,8 +327,6 @@ def _check_tensors(stored: dict[str, list[int]], plan: dict[str, dict[str, Any]]
 
 def _record(allocation: Allocation) -> dict[str, Any]:
     """What the pruned file's metadata says about its pruning."""
-    from wbfe import __version__
-
     o = allocation.options
     return {"wbfe": __version__, "method": o.method, "target": o.target, "by": o.by, "spread": o.spread,
             "mapping": o.mapping, "reverse": o.reverse, "exclude": list(o.exclude), "overall": allocation.overall,
