@@ -149,9 +149,8 @@ def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[d
     if description is not None:  # the model's own order, as a score gives it
         matrices = order_rows(matrices, description.order, description.aliases)
         skipped = order_rows(skipped, description.order, description.aliases)
-    choice = (choose_head(matrices, skipped, override=options.head, hint=source.head_hint, config=source.config,
-                          description=description) if matrices else None)
-    return model, matrices, skipped, choice
+    return model, matrices, skipped, (choose_head(matrices, skipped, override=options.head, hint=source.head_hint,
+                                                  config=source.config, description=description) if matrices else None)
 
 
 def _decided(choice: Optional[HeadChoice], matrices: list[dict[str, Any]]) -> bool:

@@ -128,10 +128,7 @@ def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray
     w = np.asarray(w, dtype=dtype)
     if w.ndim == 2:
         return operation(w, count)
-    out = np.empty_like(w)
-    for i, j in np.ndindex(*w.shape[2:]):
-        out[:, :, i, j] = operation(w[:, :, i, j], count)
-    return out
+    return np.stack([operation(m, count) for m in _slices(w)], axis=-1).reshape(w.shape).astype(w.dtype)
 
 
 def _is_weight(shape: tuple[int, ...], dtype: str, pattern: Optional["re.Pattern[str]"], name: str,

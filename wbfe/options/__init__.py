@@ -263,8 +263,7 @@ class ScoreOptions(Validated):
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "metrics": METRICS, "min_eigs": Integer(1), "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
-        "ww_compatible": Flag(), "seed": SEED, "device": DEVICE,
-        "fix_fingers": FIX_FINGERS, "fit": TAIL_MODEL,
+        "ww_compatible": Flag(), "seed": SEED, "device": DEVICE, "fix_fingers": FIX_FINGERS, "fit": TAIL_MODEL,
         "intra": Flag(), "stream": Flag(optional=True),
     }
 
@@ -464,8 +463,7 @@ def _check_watch_layers(layers: object) -> str:
         return str(layers)
     if not isinstance(layers, str) or not layers:
         raise InvalidOptionError(f"layers must be {_WATCH_LAYERS_WORDS}, not {layers!r}")
-    compile_layers(layers)
-    return layers
+    return check_layers(layers)
 
 
 @dataclass(frozen=True)
