@@ -213,13 +213,11 @@ def _left_out(source: Any, listed: list[Any]) -> dict[str, str]:
     # A weight stored as packed integers with scales (GPTQ, AWQ, FP8 blocks) is several plain tensors in the file:
     # grouped as a score groups them, lest its scales be edited as a matrix of their own.
     for entry, why in dequantised(listed, source.config):
-        if entry.quant is not None and entry.quant.startswith(COMPOSED):  # an edit of v alone changes another weight
-            raise UnsupportedDtypeError(f"{entry.name}: stored as the parts torch composes it from ({entry.quant}); "
-                                        "editing writes plain tensors and would not write it back as its parts",
-                                        name=entry.name)
-        if entry.quant is not None:
-            raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
-                                        "tensors and would not copy it byte for byte", name=entry.name)
+        if entry.quant is not None:  # composed: an edit of v alone would change another weight
+            stored, lost = (("as the parts torch composes it from", "write it back as its parts")
+                            if entry.quant.startswith(COMPOSED) else ("quantised", "copy it byte for byte"))
+            raise UnsupportedDtypeError(f"{entry.name}: stored {stored} ({entry.quant}); editing writes plain tensors "
+                                        f"and would not {lost}", name=entry.name)
         if why is not None:
             left_out[entry.name] = why
     return left_out

@@ -20,8 +20,7 @@ def printable(text: str) -> str:
     checkpoint's names go to a terminal, where an escape sequence could move the cursor or hide text."""
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
-                   for ch in text)
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def clip(text: str, limit: int) -> str:
@@ -139,14 +138,11 @@ def did_you_mean(name: str, known: "Iterable[str]") -> str:
 def name_hint(name: str, known: "Iterable[str]", ref: object = "<checkpoint>") -> str:
     """The close names of ``name`` (``"; did you mean ...?"``), else a few known names and where to see them all."""
     names = list(known)
-    close = did_you_mean(name, names)
-    if close:
-        return close
     if not names:
         return f" (no names to match; see wbfe describe {ref})"
-    sample = ", ".join(repr(n) for n in names[:3])
     more = f" of {len(names)}" if len(names) > 3 else ""
-    return f"; nothing close: known names include {sample}{more} (wbfe describe {ref} lists them)"
+    return did_you_mean(name, names) or (f"; nothing close: known names include {', '.join(map(repr, names[:3]))}"
+                                         f"{more} (wbfe describe {ref} lists them)")
 
 
 def unknown_name(kind: str, name: str, known: "Iterable[str]") -> UnknownNameError:

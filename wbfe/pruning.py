@@ -227,7 +227,10 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = _DEFAULT
     refuse_overlap(written, local_files(before.model.get("files")))  # the files the reader resolved
     allocation = _allocation(before, options)
     plan = {r["name"]: r for r in allocation.rows}
-    _check_tensors(stored, plan)
+    for name, row in plan.items():  # every allocated matrix stored with the scored shape, or nothing is written
+        if stored.get(name) != row["shape"]:
+            raise InvalidOptionError(f"{name}: scored as {row['shape']} but stored as {stored.get(name, 'no tensor')}; "
+                                     "it cannot be pruned in place (exclude it with --layers)", name=name)
     counts: dict[str, tuple[int, int, int]] = {}
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
@@ -315,14 +318,6 @@ def _filled(rows: list[dict[str, Any]], by: str) -> np.ndarray:
             row["note"] = f"{by} not finite: the median {median:.6g} used"
     return np.array([r["metric"] if math.isfinite(r["metric"]) else median for r in rows])
 
-
-def _check_tensors(stored: dict[str, list[int]], plan: dict[str, dict[str, Any]]) -> None:
-    """Every allocated matrix is a tensor of the file (``stored``: each one's shape) with the scored shape (else
-    nothing is written)."""
-    for name, row in plan.items():
-        if stored.get(name) != row["shape"]:
-            raise InvalidOptionError(f"{name}: scored as {row['shape']} but stored as {stored.get(name, 'no tensor')}; "
-                                     "it cannot be pruned in place (exclude it with --layers)", name=name)
 
 
 def _record(allocation: Allocation) -> dict[str, Any]:

@@ -463,7 +463,8 @@ def _check_watch_layers(layers: object) -> str:
         return str(layers)
     if not isinstance(layers, str) or not layers:
         raise InvalidOptionError(f"layers must be {_WATCH_LAYERS_WORDS}, not {layers!r}")
-    return check_layers(layers)
+    compile_layers(layers)
+    return layers
 
 
 @dataclass(frozen=True)
@@ -474,8 +475,7 @@ class WatchOptions(Validated):
     recommendation); ``head`` and ``device`` as for :class:`ScoreOptions`."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "layers": Custom(_check_watch_layers, _WATCH_LAYERS_WORDS,
-                         bad=("", "(a+)+$", 3)),
+        "layers": Custom(_check_watch_layers, _WATCH_LAYERS_WORDS, bad=("", "(a+)+$", 3)),
         "lam": Custom(lambda lam: _word_or_lambda("calibrated", lam, f"--lambda must be {_WATCH_LAMBDA_WORDS}"),
                       _WATCH_LAMBDA_WORDS, bad=("opt", -1.0, "nan"), optional=True),
         "head": HEAD, "device": DEVICE,

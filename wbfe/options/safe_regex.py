@@ -63,9 +63,7 @@ def _in_set(items: _Seq) -> _Pred:
             preds.append(re.compile(_CATEGORY_RE.get(str(arg), r"[\s\S]")).match)  # type: ignore[arg-type]
         else:
             preds.append(_one_char(op, arg) or _any)
-    if negate:
-        return lambda ch: not any(p(ch) for p in preds)
-    return lambda ch: any(p(ch) for p in preds)
+    return lambda ch: any(p(ch) for p in preds) != negate
 
 
 def _meet(a: list[_Pred], b: list[_Pred]) -> bool:
