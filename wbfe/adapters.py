@@ -81,9 +81,7 @@ def adapter_columns(singular: np.ndarray, lam: Any, *, bfe_asked: bool = True) -
         values: dict[str, Any] = {"eigs": [float(x) for x in e], "frobenius_norm": float(math.sqrt(e.sum())),
                                   "spectral_norm": float(singular[0]) if singular.size else 0.0}
     reasons: dict[str, str] = {}
-    columns: tuple[str, ...] = ("stable_rank", "effective_rank")
-    if bfe_asked:
-        columns += ("bfe", "lambda")
+    columns: tuple[str, ...] = ("stable_rank", "effective_rank") + (("bfe", "lambda") if bfe_asked else ())
     if not np.isfinite(singular).all():
         columns += ("frobenius_norm", "spectral_norm")
         why = "ΔW's singular values are not finite (NaN or Inf in lora_A or lora_B, or B·A past float64's range)"

@@ -40,6 +40,8 @@ _MOST_CHANGED = 5  # the most-changed matrices the summary names
 # and the fitted scales must spread (a scale shared by every row is a rescaled matrix, not a fold).
 ROWSCALE_EXPLAINED = 0.25
 FOLDING_MIN_CV = 0.01
+_Pair = tuple[Optional[TensorEntry], Optional[TensorEntry], str]
+_Renames = Sequence[tuple[re.Pattern[str], str]]
 
 
 @dataclass
@@ -155,7 +157,7 @@ def compare(
     # id(entry) -> (the bytes it reads, its row's first columns, its change of the tensors read).
     jobs: dict[int, tuple[int, dict[str, Any], Callable[[tuple[Any, Any]], Union[dict[str, Any], str]]]] = {}
 
-    def planned(matched: Iterable[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]) -> Iterator[tuple[TensorEntry, MatrixPlan]]:
+    def planned(matched: Iterable[_Pair]) -> Iterator[tuple[TensorEntry, MatrixPlan]]:
         for entry_a, entry_b, why in matched:
             if entry_a is None or entry_b is None:
                 only = entry_a or entry_b
@@ -269,7 +271,7 @@ _GRAPH_ORDERED = ("keras", "tflite")
 
 
 def _orders(source_a: Any, source_b: Any,
-            renames: Sequence[tuple[re.Pattern[str], str]]) -> Optional[tuple[FrameworkDescription, FrameworkDescription]]:
+            renames: _Renames) -> Optional[tuple[FrameworkDescription, FrameworkDescription]]:
     """Both sides' own descriptions when both are graph-ordered and no renamed name of A is a name of B."""
     da, db = source_a.own_description, source_b.own_description
     if not all(d is not None and d.order and d.framework in _GRAPH_ORDERED for d in (da, db)):
@@ -278,7 +280,7 @@ def _orders(source_a: Any, source_b: Any,
     return None if any(_renamed(name, renames) in names_b for name in da.order) else (da, db)
 
 
-def _renamed(name: str, renames: Sequence[tuple[re.Pattern[str], str]], used: Optional[set[int]] = None) -> str:
+def _renamed(name: str, renames: _Renames, used: Optional[set[int]] = None) -> str:
     """``name`` after every ``--map`` rename, in order; the index of each rename that matched is added to ``used``."""
     for i, (pattern, repl) in enumerate(renames):
         if used is not None and pattern.search(name):
@@ -290,7 +292,7 @@ def _renamed(name: str, renames: Sequence[tuple[re.Pattern[str], str]], used: Op
 def _by_order(
     entries_a: list[TensorEntry], entries_b: list[TensorEntry], orders: tuple[FrameworkDescription, FrameworkDescription],
     min_eigs: int, pattern: Optional[re.Pattern[str]], skipped: list[dict[str, Any]],
-) -> tuple[Optional[list[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]], Optional[str]]:
+) -> tuple[Optional[list[_Pair]], Optional[str]]:
     """The matrices paired by their place in each side's model order (other tensors listed in ``skipped``);
     ``(None, why not)`` when they do not correspond one to one."""
     sides = []
@@ -311,7 +313,7 @@ def _by_order(
     found_a, found_b = sides
     if len(found_a) != len(found_b):
         return None, f"A has {len(found_a)} matrices, B {len(found_b)}"
-    pairs: list[tuple[Optional[TensorEntry], Optional[TensorEntry], str]] = []
+    pairs: list[_Pair] = []
     for a, b in zip(found_a, found_b):
         shape_a, shape_b = ((*out_in(e.shape, e.layout), *e.shape[2:]) for e in (a, b))
         if shape_a != shape_b:
@@ -337,13 +339,8 @@ def _swapped(load: Callable[[], Any]) -> Any:
     return tensor.contiguous() if is_torch(tensor) else np.ascontiguousarray(tensor)
 
 
-def _pairs(
-    stream_a: Iterator[TensorEntry],
-    stream_b: Iterator[TensorEntry],
-    renames: Sequence[tuple[re.Pattern[str], str]],
-    pattern: Optional[re.Pattern[str]],
-    used: Optional[set[int]] = None,
-) -> Iterator[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]:
+def _pairs(stream_a: Iterator[TensorEntry], stream_b: Iterator[TensorEntry], renames: _Renames,
+           pattern: Optional[re.Pattern[str]], used: Optional[set[int]] = None) -> Iterator[_Pair]:
     """``(a, b, "")`` per matched pair, ``(a, None, why)`` / ``(None, b, why)`` for the others, ``(a, b, why)``
     for a pair left out by ``--layers``. The streams advance in step: an entry waits only for its counterpart.
     ``used``: the renames that matched a name of A are added to it."""

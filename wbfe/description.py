@@ -61,12 +61,8 @@ def _refuse_min_eigs(min_eigs: int, ww_compatible: bool) -> None:
 
 
 def describe_options(**given: Any) -> ScoreOptions:
-    """The options a description plans with, a ``bfe`` score's; ``min_eigs`` only with ``ww_compatible``, where it
-    decides which matrices are analysed (a description fits no tail).
-
-    Raises:
-        InvalidOptionError: a bad option, or ``min_eigs`` without ``ww_compatible``.
-    """
+    """The options a description plans with, a ``bfe`` score's; InvalidOptionError for a bad option, or ``min_eigs``
+    without ``ww_compatible`` (where it decides which matrices are analysed: a description fits no tail)."""
     _refuse_min_eigs(given.get("min_eigs", _DEFAULTS["min_eigs"]), bool(given.get("ww_compatible")))
     return ScoreOptions(metrics=("bfe",), **given)
 

@@ -235,8 +235,7 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = _DEFAULT
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         row = plan[name]  # only=frozenset(plan): called for the allocated matrices alone
-        w = np.asarray(tensor.detach().cpu().double().numpy())
-        pruned = magnitude_prune(w, row["zeros"])
+        pruned = magnitude_prune(np.asarray(tensor.detach().cpu().double().numpy()), row["zeros"])
         live = pruned.reshape(pruned.shape[0], -1) != 0  # dead rows and columns of out × everything else
         counts[name] = (int(np.count_nonzero(pruned == 0)), int(np.sum(~live.any(axis=1))), int(np.sum(~live.any(axis=0))))
         return pruned, row["zeros"], ""

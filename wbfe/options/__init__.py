@@ -104,7 +104,8 @@ DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr")
 """The groups a run computes when none are named (htmp's fit costs milliseconds per matrix whatever its size)."""
 
 MATRIX_GROUPS: tuple[str, ...] = ("rand", "vectors")
-"""The groups that need the matrices themselves, not a product's or an FFT view's spectrum."""
+"""The groups that need the matrices themselves, not a product's or an FFT view's spectrum (htsr reads them too,
+for WeightWatcher's slice SVDs, but does without)."""
 
 
 READ_BY: Mapping[str, tuple[str, ...]] = {"lam": ("bfe", "htmp"), "fit": ("htsr", "fingers", "vectors", "detx"),
@@ -258,8 +259,9 @@ class _Filled(str):
 class ScoreOptions(Validated):
     """Every setting of one scoring run, as :func:`wbfe.score`'s keywords (recorded in the result's provenance
     and the rank cache key). A value the caller gave is never rewritten: ``conv`` left unset (None) is filled
-    from the run's :attr:`conventions` and :attr:`filled` records it. ``stream`` says how the bytes travel, not
-    what is computed: it is not in :meth:`to_dict`, nor compared by ``==``."""
+    from the run's :attr:`conventions` and :attr:`filled` records it; ``ww_compatible=True, conv="flatten"``
+    flattens, as asked. ``stream`` says how the bytes travel, not what is computed: it is not in :meth:`to_dict`,
+    nor compared by ``==``."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "metrics": METRICS, "min_eigs": Integer(1), "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,

@@ -36,10 +36,8 @@ def _any(ch: str) -> bool:
 
 def _one_char(op: Any, arg: Any) -> Optional[_Pred]:
     """A predicate for the characters a one-character node matches (None: not such a node)."""
-    if op is _c.LITERAL:
-        return lambda ch: ord(ch) == arg
-    if op is _c.NOT_LITERAL:
-        return lambda ch: ord(ch) != arg
+    if op is _c.LITERAL or op is _c.NOT_LITERAL:
+        return lambda ch: (ord(ch) == arg) != (op is _c.NOT_LITERAL)
     if op is _c.ANY:
         return _any
     if op is _c.IN:
