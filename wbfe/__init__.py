@@ -26,15 +26,11 @@ __all__ = [
 ]
 __all__ += [name for name in _errors.__all__ if name in globals()]  # the errors imported above
 
-_LAZY = {
-    "score": "wbfe.scoring:score", "ModelScore": "wbfe.scoring:ModelScore", "ScoreOptions": "wbfe.scoring:ScoreOptions",
-    "default_checkpoint": "wbfe.fixtures:default_checkpoint", "htmp": "wbfe.metrics.htmp:",
-    "rank": "wbfe.ranking:rank", "RankResult": "wbfe.ranking:RankResult",
-    "compare": "wbfe.comparison:compare", "Comparison": "wbfe.comparison:Comparison",
-    "sparsity": "wbfe.pruning:sparsity", "prune": "wbfe.pruning:prune",
-    "Allocation": "wbfe.pruning:Allocation", "PruneReport": "wbfe.pruning:PruneReport",
-    "describe": "wbfe.description:describe", "Description": "wbfe.description:Description", "esd": "wbfe.description:esd",
-}
+_LAZY = {name: f"{module}:{name}" for module, names in (
+    ("wbfe.scoring", "score ModelScore ScoreOptions"), ("wbfe.fixtures", "default_checkpoint"),
+    ("wbfe.ranking", "rank RankResult"), ("wbfe.comparison", "compare Comparison"),
+    ("wbfe.pruning", "sparsity prune Allocation PruneReport"), ("wbfe.description", "describe Description esd"),
+) for name in names.split()} | {"htmp": "wbfe.metrics.htmp:"}
 
 if TYPE_CHECKING:
     from wbfe.fixtures import default_checkpoint
