@@ -9,6 +9,7 @@ Heavy dependencies (torch, scipy) are imported on first use, not by ``import wbf
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from wbfe import errors as _errors
@@ -25,15 +26,11 @@ __all__ = [
 ]
 __all__ += [name for name in _errors.__all__ if name in globals()]  # the errors imported above
 
-_LAZY = {
-    "score": "wbfe.scoring:score", "ModelScore": "wbfe.scoring:ModelScore", "ScoreOptions": "wbfe.scoring:ScoreOptions",
-    "default_checkpoint": "wbfe.fixtures:default_checkpoint", "htmp": "wbfe.metrics.htmp:",
-    "rank": "wbfe.ranking:rank", "RankResult": "wbfe.ranking:RankResult",
-    "compare": "wbfe.comparison:compare", "Comparison": "wbfe.comparison:Comparison",
-    "sparsity": "wbfe.pruning:sparsity", "prune": "wbfe.pruning:prune",
-    "Allocation": "wbfe.pruning:Allocation", "PruneReport": "wbfe.pruning:PruneReport",
-    "describe": "wbfe.description:describe", "Description": "wbfe.description:Description", "esd": "wbfe.description:esd",
-}
+_LAZY = {name: f"{module}:{name}" for module, names in (
+    ("wbfe.scoring", "score ModelScore ScoreOptions"), ("wbfe.fixtures", "default_checkpoint"),
+    ("wbfe.ranking", "rank RankResult"), ("wbfe.comparison", "compare Comparison"),
+    ("wbfe.pruning", "sparsity prune Allocation PruneReport"), ("wbfe.description", "describe Description esd"),
+) for name in names.split()} | {"htmp": "wbfe.metrics.htmp:"}
 
 if TYPE_CHECKING:
     from wbfe.fixtures import default_checkpoint
@@ -45,8 +42,6 @@ def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'wbfe' has no attribute {name!r}")
-    import importlib
-
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
     value = getattr(module, attr) if attr else module

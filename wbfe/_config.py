@@ -8,17 +8,11 @@ from pathlib import Path
 __all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "wbfe_cache_max_size", "shared_zoo_dir",
            "usable_cpus", "blas_threads", "user_path"]
 
-_TRUE = {"1", "true", "yes", "on"}
-
 
 def user_path(path: "str | os.PathLike[str]") -> Path:
     """``path`` with a leading ``~`` or ``~user`` expanded; ``~user`` of no user here stays a name like any other
     (``Path.expanduser`` raises RuntimeError for it)."""
     return Path(os.path.expanduser(path))
-
-
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in _TRUE
 
 
 def _env_path(*names: str) -> "Path | None":
@@ -33,7 +27,8 @@ def _cache_home() -> Path:
 
 def hf_offline() -> bool:
     """True when ``HF_HUB_OFFLINE`` (or the older ``TRANSFORMERS_OFFLINE``) is set."""
-    return _flag("HF_HUB_OFFLINE") or _flag("TRANSFORMERS_OFFLINE")
+    return any(os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
 def hf_cache_dir() -> Path:

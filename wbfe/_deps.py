@@ -46,6 +46,4 @@ def loaded(name: str) -> Optional[ModuleType]:
     torch, it had no ``Tensor`` yet (issue 45 §12). ``_initializing`` is the flag CPython's import waits on.
     """
     module = sys.modules.get(name)
-    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
-        return None
-    return module
+    return None if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False) else module

@@ -13,12 +13,15 @@ from typing import Any, Optional
 
 import numpy as np
 
+from wbfe import engine
+from wbfe.comparison import pair_change
 from wbfe.engine.heads import UNSELECTED
 from wbfe.engine.matrices import Skip, find_head, role_of
 from wbfe.engine.result import column_mean
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError
 from wbfe.framework import order_rows
 from wbfe.linalg.arrays import to_numpy, to_torch
+from wbfe.linalg.spectra import pin_threads
 from wbfe.metrics.bfe import bfe
 from wbfe.sources import TensorEntry, open_source, remote_ref
 from wbfe.sources.peft_adapter import PREFIX, AdapterSource, LoraConfig
@@ -78,9 +81,7 @@ def adapter_columns(singular: np.ndarray, lam: Any, *, bfe_asked: bool = True) -
         values: dict[str, Any] = {"eigs": [float(x) for x in e], "frobenius_norm": float(math.sqrt(e.sum())),
                                   "spectral_norm": float(singular[0]) if singular.size else 0.0}
     reasons: dict[str, str] = {}
-    columns: tuple[str, ...] = ("stable_rank", "effective_rank")
-    if bfe_asked:
-        columns += ("bfe", "lambda")
+    columns: tuple[str, ...] = ("stable_rank", "effective_rank") + (("bfe", "lambda") if bfe_asked else ())
     if not np.isfinite(singular).all():
         columns += ("frobenius_norm", "spectral_norm")
         why = "ΔW's singular values are not finite (NaN or Inf in lora_A or lora_B, or B·A past float64's range)"
@@ -146,9 +147,6 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
             configured rank, or a base weight of another shape.
         NoUsableMatrixError: nothing to score.
     """
-    from wbfe import engine
-    from wbfe.linalg.spectra import pin_threads
-
     context = engine.Context.of(options)
     if not isinstance(source, AdapterSource):
         raise InvalidOptionError(f"--base applies to a PEFT LoRA adapter folder (adapter_config.json); "
@@ -256,10 +254,6 @@ def _merge_with_base(
 ) -> tuple[dict[str, Any], list[str], dict[str, str]]:
     """Add the merged-module columns to ``layers``, streaming the base one tensor at a time as a score
     reads it; returns the base's provenance, its weights' order and the order's aliases."""
-    from wbfe import engine
-    from wbfe.comparison import pair_change
-    from wbfe.linalg.spectra import pin_threads
-
     by_weight = {f"{name}.weight": name for name in factors}
     rows = {row["name"]: row for row in layers if row.get("kind") == "lora"}
     found: set[str] = set()

@@ -1,7 +1,5 @@
-"""``wbfe.compare``: two checkpoints matrix by matrix: what changed, where, and by how much.
-
-Pairs are matched by name (after ``--map`` renames), or by graph order where both files describe it, and run
-through the engine's pipeline as a score's matrices do. docs/compare.md lists the columns, the summary, the folding
+"""``wbfe.compare``: two checkpoints matrix by matrix, paired by name (after ``--map`` renames) or by graph order,
+through the engine's pipeline as a score's matrices are. docs/compare.md lists the columns, the summary, the folding
 rule and the pairing. (Named `comparison` so as not to shadow ``wbfe.compare``.)"""
 
 from __future__ import annotations
@@ -42,6 +40,8 @@ _MOST_CHANGED = 5  # the most-changed matrices the summary names
 # and the fitted scales must spread (a scale shared by every row is a rescaled matrix, not a fold).
 ROWSCALE_EXPLAINED = 0.25
 FOLDING_MIN_CV = 0.01
+_Pair = tuple[Optional[TensorEntry], Optional[TensorEntry], str]
+_Renames = Sequence[tuple[re.Pattern[str], str]]
 
 
 @dataclass
@@ -72,12 +72,9 @@ class Comparison(ToJson):
 
     def to_pandas(self) -> Any:
         """One row per matched matrix (requires pandas), as :meth:`wbfe.ModelScore.to_pandas` builds it."""
-        from wbfe.engine import ModelScore
-
-        return ModelScore(model={}, layers=self.layers).to_pandas()
+        return engine.ModelScore(model={}, layers=self.layers).to_pandas()
 
     def _headline(self) -> list[tuple[str, Any]]:
-        """The summary's counts and means, for a notebook's one line."""
         keys = ("n_matched", "n_skipped", "n_unmatched_a", "n_unmatched_b", "rel_frobenius_mean",
                 "w1_log_eigs_mean", "d_bfe_mean", "d_alpha_mean")
         return [(k, self.summary[k]) for k in keys if k in self.summary]
@@ -160,7 +157,7 @@ def compare(
     # id(entry) -> (the bytes it reads, its row's first columns, its change of the tensors read).
     jobs: dict[int, tuple[int, dict[str, Any], Callable[[tuple[Any, Any]], Union[dict[str, Any], str]]]] = {}
 
-    def planned(matched: Iterable[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]) -> Iterator[tuple[TensorEntry, MatrixPlan]]:
+    def planned(matched: Iterable[_Pair]) -> Iterator[tuple[TensorEntry, MatrixPlan]]:
         for entry_a, entry_b, why in matched:
             if entry_a is None or entry_b is None:
                 only = entry_a or entry_b
@@ -237,10 +234,9 @@ def compare(
         collect(pipeline, wait=True)
         description = source_a.description  # A's own, as a score of A finds its head (recorded in its provenance)
         result.model_a, result.model_b = source_a.provenance.to_dict(), source_b.provenance.to_dict()
+        # a mistyped rename changed nothing, which only the unmatched names showed
         unused = [f"{p}={r}" for i, (p, r) in enumerate(given.name_map) if i not in used]
-        map_note = ""
-        if pairs is None and unused:  # a mistyped rename changed nothing, which only the unmatched names showed
-            map_note = f"--map {', '.join(map(repr, unused))} renamed no tensor of A"
+        map_note = f"--map {', '.join(map(repr, unused))} renamed no tensor of A" if pairs is None and unused else ""
         if not result.layers:
             raise NoUsableMatrixError(f"no matrix of {result.model_a.get('source')} has a comparable counterpart in "
                                       f"{result.model_b.get('source')} ({len(result.unmatched)} unmatched, "
@@ -251,10 +247,7 @@ def compare(
                                     description=description)
     result.options.update(versions=installed_versions(), device=str(context.device))
     result.summary["pairing"] = "name" if pairs is None else "graph order"
-    if note:
-        result.summary["pairing_note"] = note
-    if map_note:
-        result.summary["map_note"] = map_note
+    result.summary.update({key: text for key, text in (("pairing_note", note), ("map_note", map_note)) if text})
     return result
 
 
@@ -278,7 +271,7 @@ _GRAPH_ORDERED = ("keras", "tflite")
 
 
 def _orders(source_a: Any, source_b: Any,
-            renames: Sequence[tuple[re.Pattern[str], str]]) -> Optional[tuple[FrameworkDescription, FrameworkDescription]]:
+            renames: _Renames) -> Optional[tuple[FrameworkDescription, FrameworkDescription]]:
     """Both sides' own descriptions when both are graph-ordered and no renamed name of A is a name of B."""
     da, db = source_a.own_description, source_b.own_description
     if not all(d is not None and d.order and d.framework in _GRAPH_ORDERED for d in (da, db)):
@@ -287,7 +280,7 @@ def _orders(source_a: Any, source_b: Any,
     return None if any(_renamed(name, renames) in names_b for name in da.order) else (da, db)
 
 
-def _renamed(name: str, renames: Sequence[tuple[re.Pattern[str], str]], used: Optional[set[int]] = None) -> str:
+def _renamed(name: str, renames: _Renames, used: Optional[set[int]] = None) -> str:
     """``name`` after every ``--map`` rename, in order; the index of each rename that matched is added to ``used``."""
     for i, (pattern, repl) in enumerate(renames):
         if used is not None and pattern.search(name):
@@ -299,7 +292,7 @@ def _renamed(name: str, renames: Sequence[tuple[re.Pattern[str], str]], used: Op
 def _by_order(
     entries_a: list[TensorEntry], entries_b: list[TensorEntry], orders: tuple[FrameworkDescription, FrameworkDescription],
     min_eigs: int, pattern: Optional[re.Pattern[str]], skipped: list[dict[str, Any]],
-) -> tuple[Optional[list[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]], Optional[str]]:
+) -> tuple[Optional[list[_Pair]], Optional[str]]:
     """The matrices paired by their place in each side's model order (other tensors listed in ``skipped``);
     ``(None, why not)`` when they do not correspond one to one."""
     sides = []
@@ -320,7 +313,7 @@ def _by_order(
     found_a, found_b = sides
     if len(found_a) != len(found_b):
         return None, f"A has {len(found_a)} matrices, B {len(found_b)}"
-    pairs: list[tuple[Optional[TensorEntry], Optional[TensorEntry], str]] = []
+    pairs: list[_Pair] = []
     for a, b in zip(found_a, found_b):
         shape_a, shape_b = ((*out_in(e.shape, e.layout), *e.shape[2:]) for e in (a, b))
         if shape_a != shape_b:
@@ -346,13 +339,8 @@ def _swapped(load: Callable[[], Any]) -> Any:
     return tensor.contiguous() if is_torch(tensor) else np.ascontiguousarray(tensor)
 
 
-def _pairs(
-    stream_a: Iterator[TensorEntry],
-    stream_b: Iterator[TensorEntry],
-    renames: Sequence[tuple[re.Pattern[str], str]],
-    pattern: Optional[re.Pattern[str]],
-    used: Optional[set[int]] = None,
-) -> Iterator[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]:
+def _pairs(stream_a: Iterator[TensorEntry], stream_b: Iterator[TensorEntry], renames: _Renames,
+           pattern: Optional[re.Pattern[str]], used: Optional[set[int]] = None) -> Iterator[_Pair]:
     """``(a, b, "")`` per matched pair, ``(a, None, why)`` / ``(None, b, why)`` for the others, ``(a, b, why)``
     for a pair left out by ``--layers``. The streams advance in step: an entry waits only for its counterpart.
     ``used``: the renames that matched a name of A are added to it."""
@@ -403,7 +391,7 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
     skipped_a = [row for row in result.skipped if row.get("side", "a") == "a"]
     choice = choose_head(rows, skipped_a, hint=hint, config=config, description=description)
     head = choice.name
-    by_name = {row["name"]: row for row in rows}
+    head_row = next((row for row in rows if row["name"] == head), {})
 
     def finite(column: str) -> list[tuple[float, str]]:
         return [(as_float(row.get(column)), row["name"]) for row in rows if math.isfinite(as_float(row.get(column)))]
@@ -423,7 +411,7 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
     for group in groups:
         for column in group.summary_columns:
             summary[f"d_{column}_mean"] = column_mean(rows, f"d_{column}")[0]
-            summary[f"d_{column}_head"] = by_name[head].get(f"d_{column}", math.nan) if head else math.nan
+            summary[f"d_{column}_head"] = head_row.get(f"d_{column}", math.nan)
     summary.update(_folding(rows))
     summary.update(most_changed=ranked("rel_frobenius"), most_changed_spectrum=ranked("w1_log_eigs"))
     return summary

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+import numpy as np
+
 from wbfe import engine
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.engine.heads import HeadChoice, UNSELECTED, choose_head
@@ -15,6 +17,7 @@ from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.engine.ties import shared_storage
 from wbfe.framework import order_rows
 from wbfe.framework.transformers_source import plain_layouts
+from wbfe.linalg.spectra import DegenerateMatrixError
 from wbfe.options import ConvView, ScoreOptions, field_defaults, refuse_keywords
 from wbfe.render.text import ToJson
 from wbfe.sources import open_source
@@ -58,12 +61,8 @@ def _refuse_min_eigs(min_eigs: int, ww_compatible: bool) -> None:
 
 
 def describe_options(**given: Any) -> ScoreOptions:
-    """The options a description plans with, a ``bfe`` score's; ``min_eigs`` only with ``ww_compatible``, where it
-    decides which matrices are analysed (a description fits no tail).
-
-    Raises:
-        InvalidOptionError: a bad option, or ``min_eigs`` without ``ww_compatible``.
-    """
+    """The options a description plans with, a ``bfe`` score's; InvalidOptionError for a bad option, or ``min_eigs``
+    without ``ww_compatible`` (where it decides which matrices are analysed: a description fits no tail)."""
     _refuse_min_eigs(given.get("min_eigs", _DEFAULTS["min_eigs"]), bool(given.get("ww_compatible")))
     return ScoreOptions(metrics=("bfe",), **given)
 
@@ -123,10 +122,8 @@ def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[d
     skipped: list[dict[str, Any]] = []
     storage: dict[Any, str] = {}
     for entry, plan in engine.stream(source, options):
-        # a name sharing an earlier matrix's storage was listed, where a score skips it as tied
-        shared = shared_storage(entry, storage) if isinstance(plan, MatrixPlan) else None
-        if shared is not None:
-            plan = shared
+        if isinstance(plan, MatrixPlan):  # a name sharing an earlier matrix's storage is skipped as tied, as scored
+            plan = shared_storage(entry, storage) or plan
         if isinstance(plan, MatrixPlan):
             matrices.append({"name": plan.name, "shape": list(plan.shape), "N": max(plan.rows, plan.cols),
                              "M": min(plan.rows, plan.cols), "n_slices": plan.n_slices, "n_eigs": plan.n_eigs,
@@ -148,9 +145,8 @@ def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[d
     if description is not None:  # the model's own order, as a score gives it
         matrices = order_rows(matrices, description.order, description.aliases)
         skipped = order_rows(skipped, description.order, description.aliases)
-    choice = (choose_head(matrices, skipped, override=options.head, hint=source.head_hint, config=source.config,
-                          description=description) if matrices else None)
-    return model, matrices, skipped, choice
+    return model, matrices, skipped, (choose_head(matrices, skipped, override=options.head, hint=source.head_hint,
+                                                  config=source.config, description=description) if matrices else None)
 
 
 def _decided(choice: Optional[HeadChoice], matrices: list[dict[str, Any]]) -> bool:
@@ -191,10 +187,6 @@ def esd(ref: Any, name: str, *, conv: ConvView = "flatten", device: str = "auto"
         >>> wbfe.esd({"fc.weight": 2 * torch.eye(3)}, "fc").tolist()
         [4.0, 4.0, 4.0]
     """
-    import numpy as np
-
-    from wbfe.linalg.spectra import DegenerateMatrixError
-
     plan, spectrum = engine.layer_spectrum(ref, name, conv=conv, device=device)
     eigs = np.asarray(spectrum.eigs, dtype=float)
     if not spectrum.log_scale:

@@ -1,8 +1,6 @@
-"""SVD smoothing and sharpening of a checkpoint: WeightWatcher 0.7.7's ``SVDSmoothing`` and ``SVDSharpness``.
-
-Each weight matrix (each kernel position's slice of a convolution) keeps its k largest singular components
-(smoothing) or loses the correlation traps' ones (sharpening), streamed tensor by tensor into a safetensors file
-replaced atomically. docs/editing.md says how k is chosen and what ``ww_compatible=True`` reproduces."""
+"""SVD smoothing and sharpening of a checkpoint (WeightWatcher 0.7.7's ``SVDSmoothing`` and ``SVDSharpness``),
+streamed tensor by tensor into a safetensors file replaced atomically. docs/editing.md says how the components
+kept or removed are counted and what ``ww_compatible=True`` reproduces."""
 
 from __future__ import annotations
 
@@ -10,19 +8,30 @@ import json
 import math
 import re
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
+from wbfe._deps import require_torch
 from wbfe.engine.heads import UNSELECTED
+from wbfe.engine.ties import full_digest
 from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError, OutputError,
     UnsupportedDtypeError)
 from wbfe.linalg.arrays import to_torch
-from wbfe.linalg.spectra import near_one
-from wbfe.options import EditOptions, field_defaults
-from wbfe.sources import stored_bytes
+from wbfe.linalg.spectra import DegenerateMatrixError, near_one
+from wbfe.metrics.detx import detx_tail
+from wbfe.metrics.mp import mp_fit
+from wbfe.metrics.ww_compat import (pooled_eigenvalues, ww_edit_matrix, ww_float32, ww_layer_dims,
+    ww_layer_eigenvalues, ww_permuted_eigenvalues, ww_skip_reason, ww_slice_count, ww_svd_count)
+from wbfe.options import EditOptions, compile_layers, field_defaults
+from wbfe.quant import dequantised
+from wbfe.quant.grouping import COMPOSED
+from wbfe.render.files import check_output, local_files, local_reads, open_atomic, refuse_overlap
+from wbfe.sources import open_source, stored_bytes
+from wbfe.sources.peft_adapter import AdapterSource
 from wbfe.sources.safetensors_files import SAFETENSORS_DTYPES
 
 if TYPE_CHECKING:
@@ -89,10 +98,6 @@ def smoothing_rank(w: np.ndarray, *, percent: float, method: str) -> int:
     if method == "svd":
         total = int(EditOptions.CONSTRAINTS["percent"]("percent", percent) * min(mats[0].shape) * rf)
     elif method == "detx":
-        from wbfe.linalg.spectra import DegenerateMatrixError
-        from wbfe.metrics.detx import detx_tail
-        from wbfe.metrics.ww_compat import pooled_eigenvalues
-
         problem = ("has non-finite values (NaN or Inf)" if not np.isfinite(w).all()
                    else "is all zero" if not np.any(w) else None)
         if problem is not None:  # else the eigen-solve fails, or detx_tail refuses its all-zero eigenvalues
@@ -106,14 +111,8 @@ def smoothing_rank(w: np.ndarray, *, percent: float, method: str) -> int:
 
 
 def sharpening_count(w: np.ndarray, *, seed: int = 0, name: str = "") -> int:
-    """Components removed per matrix (per slice): the MP spikes of the permuted weight's spectrum.
-
-    The permutation of all entries is seeded from ``seed`` and ``name``; WeightWatcher permutes each
-    slice with NumPy's global generator.
-    """
-    from wbfe.metrics.mp import mp_fit
-    from wbfe.metrics.ww_compat import pooled_eigenvalues
-
+    """Components removed per matrix (per slice): the MP spikes of the spectrum of the weight with its entries
+    permuted, seeded from ``seed`` and ``name`` (WeightWatcher permutes each slice with NumPy's global generator)."""
     mats = _slices(w)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(name.encode())]))
     fit = mp_fit(pooled_eigenvalues([rng.permutation(m.ravel()).reshape(m.shape) for m in mats]), max(w.shape[:2]),
@@ -129,10 +128,7 @@ def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray
     w = np.asarray(w, dtype=dtype)
     if w.ndim == 2:
         return operation(w, count)
-    out = np.empty_like(w)
-    for i, j in np.ndindex(*w.shape[2:]):
-        out[:, :, i, j] = operation(w[:, :, i, j], count)
-    return out
+    return np.stack([operation(m, count) for m in _slices(w)], axis=-1).reshape(w.shape).astype(w.dtype)
 
 
 def _is_weight(shape: tuple[int, ...], dtype: str, pattern: Optional["re.Pattern[str]"], name: str,
@@ -182,8 +178,6 @@ Editor = Callable[[str, "torch.Tensor"], tuple[Optional[np.ndarray], int, str]]
 def edited_output(out: Union[str, Path], reads: Any, what: str) -> Path:
     """Where an edited checkpoint goes: a file named ``*.safetensors`` (what it is written as, and what any reader,
     wbfe's re-score of a pruned model among them, takes it for), never over or into what is read."""
-    from wbfe.render.files import check_output
-
     target = check_output(out, reads=reads)
     if target is None:
         raise OutputError(f"the {what} checkpoint needs a file path, not standard output")
@@ -193,16 +187,8 @@ def edited_output(out: Union[str, Path], reads: Any, what: str) -> Path:
 
 
 def check_editable(ref: Any) -> dict[str, list[int]]:
-    """Refuse ``ref`` before any work as :func:`edit_checkpoint` would once it has opened it: a shard holding a second
-    copy of a tensor, or a quantised tensor (:func:`wbfe.pruning.prune` calls it before its score); else the shape
-    of each stored tensor, by name.
-
-    Raises:
-        CorruptCheckpointError, UnsupportedDtypeError: as :func:`smooth_checkpoint`; the errors of
-            :func:`wbfe.sources.open_source`.
-    """
-    from wbfe.sources import open_source
-
+    """Refuse ``ref`` before any work as :func:`edit_checkpoint` would (CorruptCheckpointError for a second copy of
+    a tensor, UnsupportedDtypeError for a quantised one); else each stored tensor's shape, by name."""
     with open_source(ref) as source:
         listed = list(source.entries())
         _left_out(source, listed)
@@ -212,10 +198,6 @@ def check_editable(ref: Any) -> dict[str, list[int]]:
 def _left_out(source: Any, listed: list[Any]) -> dict[str, str]:
     """What a score of ``source`` leaves out (name: reason), to be copied unedited; refused: a second copy of a
     tensor in another shard, a quantised weight."""
-    from wbfe.quant import dequantised
-    from wbfe.quant.grouping import COMPOSED
-    from wbfe.sources.peft_adapter import AdapterSource
-
     ref = source.provenance.source
     if isinstance(source, AdapterSource):  # its factors were smoothed one by one (B₃·A₃ is no rank-3 ΔW of B·A)
         raise InvalidOptionError(f"{ref}: a PEFT LoRA adapter: what a score of it reads is each module's ΔW = B·A, "
@@ -231,13 +213,11 @@ def _left_out(source: Any, listed: list[Any]) -> dict[str, str]:
     # A weight stored as packed integers with scales (GPTQ, AWQ, FP8 blocks) is several plain tensors in the file:
     # grouped as a score groups them, lest its scales be edited as a matrix of their own.
     for entry, why in dequantised(listed, source.config):
-        if entry.quant is not None and entry.quant.startswith(COMPOSED):  # an edit of v alone changes another weight
-            raise UnsupportedDtypeError(f"{entry.name}: stored as the parts torch composes it from ({entry.quant}); "
-                                        "editing writes plain tensors and would not write it back as its parts",
-                                        name=entry.name)
-        if entry.quant is not None:
-            raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
-                                        "tensors and would not copy it byte for byte", name=entry.name)
+        if entry.quant is not None:  # composed: an edit of v alone would change another weight
+            stored, lost = (("as the parts torch composes it from", "write it back as its parts")
+                            if entry.quant.startswith(COMPOSED) else ("quantised", "copy it byte for byte"))
+            raise UnsupportedDtypeError(f"{entry.name}: stored {stored} ({entry.quant}); editing writes plain tensors "
+                                        f"and would not {lost}", name=entry.name)
         if why is not None:
             left_out[entry.name] = why
     return left_out
@@ -251,11 +231,6 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
     (None: every weight matrix ``layers`` selects), every other tensor copied byte for byte, the input's
     metadata kept and ``extra_metadata`` added to it (its keys replace the input's). Raises as
     :func:`smooth_checkpoint`."""
-    from wbfe._deps import require_torch
-    from wbfe.options import compile_layers
-    from wbfe.render.files import local_files, local_reads, open_atomic, refuse_overlap
-    from wbfe.sources import open_source
-
     torch = require_torch("smoothing or sharpening a checkpoint")
 
     pattern = compile_layers(layers)
@@ -334,10 +309,6 @@ def _ties(entries: Any, described: list[tuple[str, tuple[int, ...], str]]) -> di
     """``{name: the first tensor with its values}`` for each weight matrix that repeats an earlier one (tied weights:
     one storage under two names, or saved twice), as a score reads them once. Only the matrices that share a shape
     and dtype with another are read for it."""
-    from collections import Counter
-
-    from wbfe.engine.ties import full_digest
-
     kinds = Counter((shape, dtype) for _, shape, dtype in described if dtype in _FLOAT_DTYPES and len(shape) >= 2)
     first: dict[tuple[Any, ...], str] = {}
     ties: dict[str, str] = {}
@@ -353,8 +324,6 @@ def _ties(entries: Any, described: list[tuple[str, tuple[int, ...], str]]) -> di
 
 def _ww_apply(w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.ndarray], int, str]:
     """WeightWatcher's edit of one layer, or why it leaves the layer as it is."""
-    from wbfe.metrics.ww_compat import ww_edit_matrix, ww_slice_count
-
     per_slice = ww_slice_count(w32.shape, num_smooth)
     if per_slice == 0:
         return None, 0, "count 0: WeightWatcher does not edit it"
@@ -369,9 +338,6 @@ def _edit(ref: Any, out: Union[str, Path], options: EditOptions, ww_count: Calla
           operation: Callable[[np.ndarray, int], np.ndarray]) -> EditSummary:
     """:func:`edit_checkpoint` with WeightWatcher's edit (``ww_count``: its count for the float32 weight) or
     wbfe's (``count``: components per slice in float64, and why the weight is left as it is, or ``""``)."""
-    from wbfe.linalg.spectra import DegenerateMatrixError
-    from wbfe.metrics.ww_compat import ww_float32, ww_skip_reason
-
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         if not bool(tensor.isfinite().all()):  # no SVD of it converges
             return None, 0, "non-finite values (NaN or Inf): left as it is"
@@ -417,21 +383,15 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             counts and randomised truncated SVD, in float32.
 
     Raises:
-        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``, or a ``percent`` other
-            than its default with ``method="detx"`` (which keeps its tail, whatever the percent); NoUsableMatrixError:
-            ``layers`` selects no weight matrix (or there is none);
-            OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
-            or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
-            be copied exactly (quantised); CorruptCheckpointError: a shard holds a second copy of a tensor its
-            index gives to another shard; InvalidOptionError: ``ref`` is a PEFT LoRA adapter (merge it first); the
-            errors of :func:`wbfe.sources.open_source`.
+        InvalidOptionError: a bad option, a ``percent`` with ``method="detx"``, or a PEFT LoRA adapter (merge it
+            first); NoUsableMatrixError: no weight matrix selected; OutputError: ``out`` cannot be written
+            (OverwriteError: it is, or lies in, what is read); UnsupportedDtypeError: a tensor that cannot be copied
+            exactly; CorruptCheckpointError: a shard holds a second copy of a tensor; the errors of
+            :func:`wbfe.sources.open_source`.
     """
     options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
 
     def ww_count(w32: np.ndarray) -> int:
-        from wbfe.metrics.detx import detx_tail
-        from wbfe.metrics.ww_compat import ww_layer_eigenvalues, ww_svd_count
-
         if options.method == "svd":
             return ww_svd_count(w32.shape, options.percent)
         eigs = ww_layer_eigenvalues(w32)
@@ -460,9 +420,6 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
     generator = np.random.RandomState(options.seed)
 
     def ww_count(w32: np.ndarray) -> int:
-        from wbfe.metrics.mp import mp_fit
-        from wbfe.metrics.ww_compat import ww_layer_dims, ww_permuted_eigenvalues
-
         n, m, _ = ww_layer_dims(w32.shape)
         fit = mp_fit(ww_permuted_eigenvalues(w32, generator), n, m)
         # WW's fit cannot fail on a matrix with a non-zero entry; an all-zero one is left as it is

@@ -4,6 +4,7 @@ matching built-in; one-line messages, structured fields (``ref``, ``path``...) k
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, TypeVar
 
 __all__ = [
@@ -19,8 +20,7 @@ def printable(text: str) -> str:
     checkpoint's names go to a terminal, where an escape sequence could move the cursor or hide text."""
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
-                   for ch in text)
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def clip(text: str, limit: int) -> str:
@@ -138,14 +138,11 @@ def did_you_mean(name: str, known: "Iterable[str]") -> str:
 def name_hint(name: str, known: "Iterable[str]", ref: object = "<checkpoint>") -> str:
     """The close names of ``name`` (``"; did you mean ...?"``), else a few known names and where to see them all."""
     names = list(known)
-    close = did_you_mean(name, names)
-    if close:
-        return close
     if not names:
         return f" (no names to match; see wbfe describe {ref})"
-    sample = ", ".join(repr(n) for n in names[:3])
     more = f" of {len(names)}" if len(names) > 3 else ""
-    return f"; nothing close: known names include {sample}{more} (wbfe describe {ref} lists them)"
+    return did_you_mean(name, names) or (f"; nothing close: known names include {', '.join(map(repr, names[:3]))}"
+                                         f"{more} (wbfe describe {ref} lists them)")
 
 
 def unknown_name(kind: str, name: str, known: "Iterable[str]") -> UnknownNameError:
@@ -176,8 +173,6 @@ _MOVED_HUB_MODELS = {
 def hub_name_hint(ref: object) -> str:
     """``"; it looks like a Hugging Face model name: ..."`` (the full id of a well-known model, or what to
     write) for a reference that is no file but looks like a bare model name (``gpt2``); else ``""``."""
-    import re
-
     text = str(ref)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}", text) or re.search(
             r"\.(safetensors|bin|pt|pth|ckpt|gguf|onnx|h5|keras|npz|json|csv|ya?ml|tflite)$", text, re.I):

@@ -5,6 +5,7 @@ docs/pruning.md.
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
@@ -14,8 +15,11 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError
+from wbfe import __version__
+from wbfe._deps import require
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.options import PRUNE_METRICS, READ_BY, PruneOptions, field_defaults, refuse_keywords
+from wbfe.render.files import local_files, local_reads, refuse_overlap
 from wbfe.render.text import ToJson, as_float, json_ready, shape_text
 
 if TYPE_CHECKING:
@@ -45,8 +49,6 @@ class _Rows(ToJson):
     rows: list[dict[str, Any]]
 
     def to_pandas(self) -> Any:
-        from wbfe._deps import require
-
         pandas = require("pandas", "to_pandas() needs pandas (pip install pandas)")
         return pandas.DataFrame([_flat(r) for r in self.rows])
 
@@ -85,8 +87,6 @@ class Allocation(_Rows):
 
     def to_csv(self) -> str:
         """One CSV row per prunable matrix (shape as ``AxB``, NaN as an empty cell)."""
-        import csv
-
         buffer = io.StringIO()
         if self.rows:
             writer = csv.DictWriter(buffer, fieldnames=list(self.rows[0]), lineterminator="\n")
@@ -146,8 +146,7 @@ def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: f
     low, high = float(values.min()), float(values.max())
     unit = (values - low) / (high - low) if high > low else np.full_like(values, 0.5)
     base = target - spread + 2.0 * spread * unit
-    # every matrix mapped above 0 at the cap, those at or below it unpruned: the most any scale reaches (the doubling
-    # below never ended past it)
+    # every matrix mapped above 0 at the cap (the others unpruned): the most any scale reaches
     reachable = float(np.sum(params[base > 0.0]) * cap / np.sum(params))
     if target > reachable:
         raise InvalidOptionError(f"target {target:g} cannot be reached with spread {spread:g}: the matrices mapped "
@@ -218,7 +217,6 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = _DEFAULT
             second copy of a tensor its index gives to another shard; the errors of :func:`sparsity`.
     """
     from wbfe.editing import check_editable, edit_checkpoint, edited_output
-    from wbfe.render.files import local_files, local_reads, refuse_overlap
 
     options = _options(options, target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
                        exclude=exclude, layers=layers, head=head, method=method, device=device, min_eigs=min_eigs)
@@ -229,13 +227,15 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = _DEFAULT
     refuse_overlap(written, local_files(before.model.get("files")))  # the files the reader resolved
     allocation = _allocation(before, options)
     plan = {r["name"]: r for r in allocation.rows}
-    _check_tensors(stored, plan)
+    for name, row in plan.items():  # every allocated matrix stored with the scored shape, or nothing is written
+        if stored.get(name) != row["shape"]:
+            raise InvalidOptionError(f"{name}: scored as {row['shape']} but stored as {stored.get(name, 'no tensor')}; "
+                                     "it cannot be pruned in place (exclude it with --layers)", name=name)
     counts: dict[str, tuple[int, int, int]] = {}
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         row = plan[name]  # only=frozenset(plan): called for the allocated matrices alone
-        w = np.asarray(tensor.detach().cpu().double().numpy())
-        pruned = magnitude_prune(w, row["zeros"])
+        pruned = magnitude_prune(np.asarray(tensor.detach().cpu().double().numpy()), row["zeros"])
         live = pruned.reshape(pruned.shape[0], -1) != 0  # dead rows and columns of out × everything else
         counts[name] = (int(np.count_nonzero(pruned == 0)), int(np.sum(~live.any(axis=1))), int(np.sum(~live.any(axis=0))))
         return pruned, row["zeros"], ""
@@ -275,8 +275,6 @@ def _score(ref: Any, options: PruneOptions, groups: Optional[list[str]] = None) 
 
 
 def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
-    from wbfe.errors import NoUsableMatrixError
-
     rows, excluded = [], []
     for layer in result.layers:
         role, shape, dtype = layer.get("role", ""), tuple(layer.get("shape") or ()), str(layer.get("dtype", ""))
@@ -320,19 +318,9 @@ def _filled(rows: list[dict[str, Any]], by: str) -> np.ndarray:
     return np.array([r["metric"] if math.isfinite(r["metric"]) else median for r in rows])
 
 
-def _check_tensors(stored: dict[str, list[int]], plan: dict[str, dict[str, Any]]) -> None:
-    """Every allocated matrix is a tensor of the file (``stored``: each one's shape) with the scored shape (else
-    nothing is written)."""
-    for name, row in plan.items():
-        if stored.get(name) != row["shape"]:
-            raise InvalidOptionError(f"{name}: scored as {row['shape']} but stored as {stored.get(name, 'no tensor')}; "
-                                     "it cannot be pruned in place (exclude it with --layers)", name=name)
-
 
 def _record(allocation: Allocation) -> dict[str, Any]:
     """What the pruned file's metadata says about its pruning."""
-    from wbfe import __version__
-
     o = allocation.options
     return {"wbfe": __version__, "method": o.method, "target": o.target, "by": o.by, "spread": o.spread,
             "mapping": o.mapping, "reverse": o.reverse, "exclude": list(o.exclude), "overall": allocation.overall,

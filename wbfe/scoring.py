@@ -11,6 +11,7 @@ from wbfe.errors import InvalidOptionError
 from wbfe.executors import ExecutorOptions, executor_for
 from wbfe.options import ConvView, ScoreOptions, field_defaults, refuse_keywords
 from wbfe.sources import open_source, stream_each
+from wbfe.sources.peft_adapter import AdapterSource
 
 __all__ = ["ScoreOptions", "ModelScore", "score", "score_here", "Progress", "layer_spectrum"]
 
@@ -113,8 +114,6 @@ def score_here(ref: Any, options: ScoreOptions, *, base: Any = None, progress: O
     """:func:`score` in this process: the engine's path, or, for a PEFT LoRA adapter folder (or
     with ``base``), :func:`wbfe.adapters.score_adapter`. The executors run this where they run; it raises
     as :func:`score` does."""
-    from wbfe.sources.peft_adapter import AdapterSource
-
     if base is not None and options.intra:  # only an adapter takes a base: refused before either is opened
         raise InvalidOptionError(_INTRA_ADAPTER)
     # With --base, --stream streams whichever of the adapter and its base is remote and reads the other.

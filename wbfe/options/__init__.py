@@ -1,9 +1,6 @@
-"""The settings of each wbfe entry point: frozen dataclasses, each field checked once, when built, against
-the class's ``CONSTRAINTS`` table (:mod:`wbfe.options.constraints`); a bad value raises
-:class:`~wbfe.errors.InvalidOptionError` with one line. Each default is written once, in the dataclass
-(:func:`field_defaults`), and ``XOptions.from_dict(options.to_dict()) == options``: a result's recorded
-options replay its run. docs/cli.md lists the options, their groups and the two seeds.
-"""
+"""The settings of each wbfe entry point: frozen dataclasses, each field checked when built against the class's
+``CONSTRAINTS`` (:mod:`wbfe.options.constraints`), each default written once, in the dataclass; a result's recorded
+options replay its run (``XOptions.from_dict(options.to_dict()) == options``). docs/cli.md lists them."""
 
 from __future__ import annotations
 
@@ -40,7 +37,6 @@ MAX_RESAMPLES = 10**7
 
 
 def _or(values: tuple[str, ...]) -> str:
-    """``'a', 'b' or 'c'``."""
     return ", ".join(map(repr, values[:-1])) + f" or {values[-1]!r}"
 
 
@@ -52,8 +48,7 @@ def check_conv(conv: object) -> ConvView:
 
 
 def check_device(device: object) -> str:
-    """``device`` when it names a device this machine has (``auto``, ``cpu``, ``cuda``, ``cuda:N``); else
-    InvalidOptionError (CUDA on a machine without it too)."""
+    """``device`` when this machine has it (``auto``, ``cpu``, ``cuda``, ``cuda:N``); else InvalidOptionError."""
     if device not in ("auto", "cpu"):
         from wbfe.linalg.spectra import resolve_device
 
@@ -116,30 +111,26 @@ for WeightWatcher's slice SVDs, but does without)."""
 READ_BY: Mapping[str, tuple[str, ...]] = {"lam": ("bfe", "htmp"), "fit": ("htsr", "fingers", "vectors", "detx"),
                                          "fix_fingers": ("htsr", "fingers", "vectors", "detx"), "seed": ("rand",),
                                          "min_eigs": ("htsr", "htmp", "fingers", "vectors")}
-"""The metric groups that read each of these options (:mod:`wbfe.metrics`: bfe and htmp take λ; htsr and fingers
-fit the tail, and vectors splits bulk from tail, and detx takes its ERG gap, at that fit; rand shuffles with the seed; the groups with
-tail columns need ``min_eigs`` eigenvalues); a run with none of them would drop a value the caller set."""
-
-_FLAGS = {"lam": "--lambda", "fit": "--fit", "fix_fingers": "--fix-fingers", "seed": "--seed",
-          "min_eigs": "--min-eigs"}
+"""The metric groups that read each of these options (:mod:`wbfe.metrics`); a run with none of them would drop
+a value the caller set."""
 
 
 def _refuse_unread(options: Any, names: Iterable[str], *, also: Optional[Mapping[str, str]] = None) -> None:
-    """InvalidOptionError when one of ``names`` has a value other than its default but none of the metric groups
-    that read it (:data:`READ_BY`) is in ``options.metrics`` (already parsed); ``also`` names, per option, the flag
-    that reads it besides those groups (the caller checks that it is off)."""
+    """InvalidOptionError when one of ``names`` is set but no group that reads it (:data:`READ_BY`) is in
+    ``options.metrics``; ``also``: per option, the flag that reads it besides (the caller checks it is off)."""
     unset, also = field_defaults(type(options)), also or {}
     for name in names:
         value, readers = getattr(options, name), READ_BY[name]
         if value == unset[name] or set(readers) & set(options.metrics):
             continue
+        flag = "--lambda" if name == "lam" else "--" + name.replace("_", "-")
         shown = f"{value:g}" if isinstance(value, float) else value
         extra = f" and {also[name]}" if name in also else ""
         groups = " and ".join([", ".join(readers[:-1]), readers[-1]] if len(readers) > 1 else readers)
-        raise InvalidOptionError(f"{_FLAGS[name]} {shown} is read by the {groups} metrics{extra}, "
+        raise InvalidOptionError(f"{flag} {shown} is read by the {groups} metrics{extra}, "
                                  f"which --metrics {','.join(options.metrics)} leaves out: add {readers[0]} to "
                                  f"--metrics" + (f" (or give {also[name]})" if name in also else "")
-                                 + f" or drop {_FLAGS[name]}")
+                                 + f" or drop {flag}")
 
 
 def parse_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
@@ -189,9 +180,8 @@ def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optio
     """The compiled ``--layers`` expression (None selects every tensor); ``option`` names it in messages.
 
     Raises:
-        InvalidOptionError: an empty pattern (None selects every tensor), not a valid expression, or one
-            Python's backtracking matcher can take exponential time on (:mod:`wbfe.options.safe_regex`;
-            docs/cli.md, "--layers patterns").
+        InvalidOptionError: an empty pattern, not a valid expression, or one that can take exponential time
+            to match (:mod:`wbfe.options.safe_regex`; docs/cli.md, "--layers patterns").
     """
     if pattern is None:
         return None
@@ -267,19 +257,15 @@ class _Filled(str):
 
 @dataclass(frozen=True)
 class ScoreOptions(Validated):
-    """Every setting of one scoring run, as :func:`wbfe.score`'s keywords (also recorded in the result's
-    provenance and the rank cache key).
-
-    Raw values are normalised (``metrics="bfe,htsr"`` becomes ``("bfe", "htsr")``, ``lam="0.5"`` 0.5). A value
-    the caller gave is never rewritten: ``conv`` left unset (None) is filled from the run's :attr:`conventions`
-    and :attr:`filled` records it; ``ww_compatible=True, conv="flatten"`` flattens, as asked. ``stream`` says how
-    the bytes travel, not what is computed: it is not in :meth:`to_dict`, nor compared by ``==``.
-    """
+    """Every setting of one scoring run, as :func:`wbfe.score`'s keywords (recorded in the result's provenance
+    and the rank cache key). A value the caller gave is never rewritten: ``conv`` left unset (None) is filled
+    from the run's :attr:`conventions` and :attr:`filled` records it; ``ww_compatible=True, conv="flatten"``
+    flattens, as asked. ``stream`` says how the bytes travel, not what is computed: it is not in :meth:`to_dict`,
+    nor compared by ``==``."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "metrics": METRICS, "min_eigs": Integer(1), "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
-        "ww_compatible": Flag(), "seed": SEED, "device": DEVICE,
-        "fix_fingers": FIX_FINGERS, "fit": TAIL_MODEL,
+        "ww_compatible": Flag(), "seed": SEED, "device": DEVICE, "fix_fingers": FIX_FINGERS, "fit": TAIL_MODEL,
         "intra": Flag(), "stream": Flag(optional=True),
     }
 
@@ -325,9 +311,8 @@ class ScoreOptions(Validated):
 
     @property
     def filled(self) -> tuple[str, ...]:
-        """The options the conventions filled because the caller left them unset: ``("conv",)`` or ``()``.
-        :meth:`to_dict` records it under WeightWatcher's conventions only (wbfe's fill their own defaults),
-        so that :meth:`from_dict` leaves them unset again."""
+        """The options the conventions filled because the caller left them unset: ``("conv",)`` or ``()``;
+        :meth:`to_dict` records it under WeightWatcher's conventions (wbfe's fill their own defaults)."""
         return ("conv",) if isinstance(self.conv, _Filled) else ()
 
     RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam"}
@@ -335,11 +320,8 @@ class ScoreOptions(Validated):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ScoreOptions":
-        """The options of a score's provenance (``model["options"]``, or :meth:`to_dict`).
-
-        Raises:
-            InvalidOptionError: an unknown key, a bad value, or a ``filled`` record the conventions do not give.
-        """
+        """The options of a score's provenance (``model["options"]``, or :meth:`to_dict`); InvalidOptionError
+        also for a ``filled`` record the conventions do not give."""
         if not isinstance(data, Mapping):
             return super().from_dict(data)  # which refuses it
         filled = data.get("filled", [])
@@ -495,8 +477,7 @@ class WatchOptions(Validated):
     recommendation); ``head`` and ``device`` as for :class:`ScoreOptions`."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "layers": Custom(_check_watch_layers, _WATCH_LAYERS_WORDS,
-                         bad=("", "(a+)+$", 3)),
+        "layers": Custom(_check_watch_layers, _WATCH_LAYERS_WORDS, bad=("", "(a+)+$", 3)),
         "lam": Custom(lambda lam: _word_or_lambda("calibrated", lam, f"--lambda must be {_WATCH_LAMBDA_WORDS}"),
                       _WATCH_LAMBDA_WORDS, bad=("opt", -1.0, "nan"), optional=True),
         "head": HEAD, "device": DEVICE,
@@ -612,10 +593,9 @@ def field_defaults(cls: type) -> dict[str, Any]:
 
 def refuse_keywords(cls: type, given: Mapping[str, Any], *, defaults: Optional[Mapping[str, Any]] = None,
                     why: Optional[str] = None) -> None:
-    """InvalidOptionError ``"NAMES: WHY"`` when a keyword of ``given`` is set beside an options object: its value
-    is not its default in ``defaults`` (``cls``' own by default). An equal value of another type (``min_eigs=10.0``,
-    ``ww_compatible=0``) is set too, and ``==`` alone would raise for an array. ``why`` says what to do; by default,
-    pass the settings as ``cls`` or as keywords."""
+    """InvalidOptionError ``"NAMES: WHY"`` when a keyword of ``given`` is set beside an options object: not its
+    default in ``defaults`` (``cls``' own by default), an equal value of another type (``min_eigs=10.0``) counting
+    as set (``==`` alone would raise for an array)."""
     unset = field_defaults(cls) if defaults is None else defaults
     changed = [k for k, v in given.items() if not (v is unset[k] or type(v) is type(unset[k]) and v == unset[k])]
     if changed:
@@ -630,13 +610,8 @@ OPTIONS_CLASSES: tuple[type, ...] = (ScoreOptions, StatsOptions, CompareOptions,
 
 
 def split_keywords(keywords: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Keywords of :class:`ScoreOptions` and of :class:`StatsOptions`, for callers that take both loose; their
-    seeds are named ``score_seed`` and ``stats_seed``.
-
-    Raises:
-        InvalidOptionError: a bare ``seed``.
-        TypeError: a keyword that is neither (as for any unknown keyword argument).
-    """
+    """Keywords of :class:`ScoreOptions` and of :class:`StatsOptions`, their seeds named ``score_seed`` and
+    ``stats_seed``; InvalidOptionError for a bare ``seed``, TypeError for a keyword that is neither."""
     if "seed" in keywords:
         raise InvalidOptionError("seed is ambiguous here: pass stats_seed= (the bootstrap and permutation draws) "
                                  "or score_seed= (the rand group's shuffles)")

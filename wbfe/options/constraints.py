@@ -1,9 +1,6 @@
-"""Declared parameter constraints (scikit-learn's ``_parameter_constraints``): one table per options class.
-
-Each constraint normalises a good value (``"0.5"`` → ``0.5``), refuses a bad one with
-:class:`~wbfe.errors.InvalidOptionError` worded from the same declaration (``min_eigs must be a positive
-integer, not 0``), and lists a few values it refuses (:attr:`Constraint.invalid`) for the generated tests.
-"""
+"""Declared parameter constraints (scikit-learn's ``_parameter_constraints``), one table per options class: each
+normalises a good value, refuses a bad one with an :class:`~wbfe.errors.InvalidOptionError` worded from the same
+declaration, and lists a few values it refuses (:attr:`Constraint.invalid`) for the generated tests."""
 
 from __future__ import annotations
 
@@ -36,7 +33,6 @@ class Constraint:
         raise NotImplementedError
 
     def __call__(self, name: str, value: Any) -> Any:
-        """``value`` normalised, or :class:`InvalidOptionError` ``"{name} must be {describe()}, not {value!r}"``."""
         if value is None and self.optional:
             return None
         try:
@@ -154,9 +150,8 @@ class Text(Constraint):
 
 @dataclass(frozen=True)
 class Custom(Constraint):
-    """A check that words its own message (it raises :class:`InvalidOptionError` itself): ``checker(value)``
-    (``checker(name, value)`` when ``named``) gives the normalised value, ``words`` the allowed values in words,
-    ``bad`` values it refuses."""
+    """A check that words its own message: ``checker(value)`` (``checker(name, value)`` when ``named``) gives the
+    normalised value or raises :class:`InvalidOptionError`; ``bad`` lists values it refuses."""
 
     checker: Callable[..., Any]
     words: str
@@ -166,7 +161,7 @@ class Custom(Constraint):
     def __call__(self, name: str, value: Any) -> Any:
         if value is None and self.optional:
             return None
-        return self.checker(name, value) if self.named else self.checker(value)  # its own message
+        return self.checker(name, value) if self.named else self.checker(value)
 
     @property
     def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
@@ -174,8 +169,8 @@ class Custom(Constraint):
 
 
 class Validated:
-    """Shared behaviour of the options classes (frozen dataclasses): every field checked, in table order,
-    against the class's ``CONSTRAINTS`` when built, a plain :meth:`to_dict`, and :meth:`from_dict` that replays it."""
+    """The options classes' shared behaviour: every field checked against ``CONSTRAINTS`` when built, in table
+    order; a plain :meth:`to_dict`, and :meth:`from_dict` that replays it."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {}
 
@@ -185,7 +180,7 @@ class Validated:
         self._cross_check()
 
     def _cross_check(self) -> None:
-        """Rules that tie fields together (none by default)."""
+        """Rules that tie fields together."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of the compared fields (lists for tuples) under their ``RENAMED`` keys, and ``CONSTANT``."""
@@ -205,12 +200,8 @@ class Validated:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:
-        """The options a :meth:`to_dict` describes: keys left out take their defaults, lists become tuples,
-        ``BESIDE`` keys (package versions, an adapter's base) are ignored.
-
-        Raises:
-            InvalidOptionError: not a dict, an unknown key, or a bad value (one line).
-        """
+        """The options a :meth:`to_dict` describes (keys left out take their defaults, ``BESIDE`` keys are
+        ignored); InvalidOptionError for anything else than a dict, an unknown key, or a bad value."""
         if not isinstance(data, Mapping):
             raise InvalidOptionError(f"{cls.__name__}.from_dict needs a dict of options, not {type(data).__name__}")
         names = {f.name for f in fields(cls) if f.init} - set(cls.RENAMED.values())  # type: ignore[arg-type]

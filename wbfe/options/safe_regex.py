@@ -36,10 +36,8 @@ def _any(ch: str) -> bool:
 
 def _one_char(op: Any, arg: Any) -> Optional[_Pred]:
     """A predicate for the characters a one-character node matches (None: not such a node)."""
-    if op is _c.LITERAL:
-        return lambda ch: ord(ch) == arg
-    if op is _c.NOT_LITERAL:
-        return lambda ch: ord(ch) != arg
+    if op is _c.LITERAL or op is _c.NOT_LITERAL:
+        return lambda ch: (ord(ch) == arg) != (op is _c.NOT_LITERAL)
     if op is _c.ANY:
         return _any
     if op is _c.IN:
@@ -63,9 +61,7 @@ def _in_set(items: _Seq) -> _Pred:
             preds.append(re.compile(_CATEGORY_RE.get(str(arg), r"[\s\S]")).match)  # type: ignore[arg-type]
         else:
             preds.append(_one_char(op, arg) or _any)
-    if negate:
-        return lambda ch: not any(p(ch) for p in preds)
-    return lambda ch: any(p(ch) for p in preds)
+    return lambda ch: any(p(ch) for p in preds) != negate
 
 
 def _meet(a: list[_Pred], b: list[_Pred]) -> bool:
