@@ -1,7 +1,5 @@
-"""HTTP range reads of one remote file, pinned to the version first seen, with bounded retries: every answer is
-checked (206, the exact ``Content-Range`` and length, the pinned ``ETag`` and hub commit) before a byte of it is
-used; requests go through the HTTP client of huggingface_hub's session, so proxies, CA bundles and tokens are
-honoured as by every other tool (docs/remote.md)."""
+"""HTTP range reads of one remote file, pinned to the version first seen, each answer checked before a byte of it
+is used, with bounded retries, through huggingface_hub's HTTP client (docs/remote.md)."""
 
 from __future__ import annotations
 
@@ -78,8 +76,7 @@ class _Retry(Exception):
 
 
 class RemoteFile(RangedFile):
-    """Byte ranges of one remote file (a :class:`~wbfe.sources.ranged.RangedFile`), read by any thread, each
-    in one request.
+    """Byte ranges of one remote file (a :class:`~wbfe.sources.ranged.RangedFile`), read by any thread.
 
     Args:
         headers: sent with every request to the URL's own host (``Authorization`` is dropped on a redirect).
@@ -167,7 +164,6 @@ class RemoteFile(RangedFile):
             return self._answer(response, start, nbytes, into, first, began)
 
     def _answer(self, response: Any, start: int, nbytes: int, into: memoryview, first: bool, began: float) -> int:
-        """Check the answer to one range request and read its body into ``into``."""
         status = response.status_code
         if status in (404, 410):
             raise RemoteReadError.at(self.name, f"not found (HTTP {status})")
@@ -300,8 +296,7 @@ def _certificate_refused(exc: BaseException | None) -> bool:
 
 def _ca_bundle() -> Any:
     """What a URL's own client trusts: ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (read by the client), else
-    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (set for those tools behind a TLS-inspecting proxy), else
-    the system's."""
+    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (set behind a TLS-inspecting proxy), else the system's."""
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
     if not bundle or os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
         return True

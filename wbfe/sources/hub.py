@@ -1,8 +1,5 @@
-"""Hugging Face hub ids ``org/name[@revision]``: the local cache first, else streamed or downloaded.
-
-``HF_HUB_OFFLINE=1`` is honoured (read at call time): a model missing from the cache is then a
-:class:`ModelNotFoundError` without any network.
-"""
+"""Hugging Face hub ids ``org/name[@revision]``: the local cache first, else streamed or downloaded (never with
+``HF_HUB_OFFLINE=1``, read at call time)."""
 
 from __future__ import annotations
 
@@ -64,8 +61,7 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
     """
     from huggingface_hub import HfApi, hf_hub_download
 
-    name = f"{repo_id}{'@' + revision if revision else ''}"
-    _hub_unreachable(name, repo_id)
+    name = _reachable_hub(repo_id, revision)
     try:
         endpoint = hub_endpoint()
         download = functools.partial(hf_hub_download, repo_id, revision=revision, cache_dir=str(cache_dir),
@@ -132,11 +128,14 @@ def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None
         return f"{what} could not be reached ({parsed.hostname}: {reason})"
 
 
-def _hub_unreachable(name: str, repo_id: str) -> None:
-    """``ModelNotFoundError`` where the hub cannot be reached within 3 s (huggingface_hub itself retries for long)."""
+def _reachable_hub(repo_id: str, revision: str | None) -> str:
+    """``org/name[@revision]``, or ``ModelNotFoundError`` where the hub cannot be reached within 3 s (huggingface_hub
+    itself retries for long)."""
+    name = f"{repo_id}{'@' + revision if revision else ''}"
     unreachable = host_unreachable(hub_endpoint(), what="the Hugging Face hub")
     if unreachable is not None:
         raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
+    return name
 
 
 def hub_cached(ref: str) -> bool:
@@ -236,9 +235,8 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     from huggingface_hub import HfApi, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
-    name = f"{repo_id}{'@' + revision if revision else ''}"
+    name = _reachable_hub(repo_id, revision)
     endpoint = hub_endpoint()
-    _hub_unreachable(name, repo_id)
     try:
         info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
     except Exception as exc:  # noqa: BLE001 - every hub and network failure means "cannot resolve"

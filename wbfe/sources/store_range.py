@@ -97,15 +97,6 @@ class StoreFile(RangedFile):
             raise TruncatedCheckpointError.at(self.name, "empty file")
         return self.size
 
-    def _check(self) -> None:
-        """Refuse when the object's identity is no longer the pinned one."""
-        try:
-            now = json.dumps(object_identity(self._info()), sort_keys=True)
-        except FileNotFoundError:
-            raise changed(self.name, "it is gone") from None
-        if now != self.identity:
-            raise changed(self.name, f"its identity went from {self.identity} to {now}")
-
     def _fetch(self, start: int, into: memoryview) -> None:
         size = self._contact()
         nbytes = len(into)
@@ -118,8 +109,10 @@ class StoreFile(RangedFile):
             with self._lock:
                 self.requests += 1
                 self.bytes_fetched += len(data)
-            if not self.pinned:
-                self._check()  # before a byte is used: this answer came from the pinned version
+            if not self.pinned:  # before a byte is used: this answer came from the pinned version (gone: "changed")
+                now = json.dumps(object_identity(self._info()), sort_keys=True)
+                if now != self.identity:
+                    raise changed(self.name, f"its identity went from {self.identity} to {now}")
             if len(data) != nbytes:
                 raise _Short(f"asked for {nbytes} bytes from byte {start}, got {len(data)}")
             into[:] = data
