@@ -19,6 +19,7 @@ from wbfe.sources.local import MODEL_CONFIGS, open_path, pick_weight_files, read
 from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, register_location
 from wbfe.sources.remote import is_safetensors_name, stream_safetensors
 from wbfe.sources.resay import resaying, said_of
+from wbfe.sources.safetensors_files import index_weight_map
 
 __all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "hub_cached", "host_unreachable",
            "is_hub_id", "open_hub_ref", "stream_hub", "hub_endpoint"]
@@ -77,8 +78,6 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
             if config_name in names:
                 download(config_name)
         if local.name.endswith(".index.json"):
-            from wbfe.sources.safetensors_files import index_weight_map
-
             for shard in index_weight_map(local):
                 download(shard)
         return local
