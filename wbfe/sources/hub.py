@@ -1,5 +1,8 @@
-"""Hugging Face hub ids ``org/name[@revision]``: the local cache first, else streamed or downloaded (never with
-``HF_HUB_OFFLINE=1``, read at call time)."""
+"""Hugging Face hub ids ``org/name[@revision]``: the local cache first, else streamed or downloaded.
+
+``HF_HUB_OFFLINE=1`` is honoured (read at call time): a model missing from the cache is then a
+:class:`ModelNotFoundError` without any network.
+"""
 
 from __future__ import annotations
 
