@@ -15,7 +15,7 @@ from tests.ray_zoo import make_sharded
 from tests.remote_server import Server, isolated_hub
 from tests.test_remote_stream import make_checkpoint, same_scores
 from wbfe.errors import RangeNotSupportedError, RemoteReadError
-from wbfe.sources import http_range
+from wbfe.sources import http_range, remote
 from wbfe.sources.http_range import RetryPolicy
 
 SIGNED = "X-Amz-Signature=abc%2Fdef&X-Amz-Expires=60"
@@ -62,7 +62,8 @@ def test_a_file_served_without_a_validator_is_not_streamed_but_downloaded(tmp_pa
     server.state.validators = False
     server.state.faults.extend([("/m.safetensors", "none"), ("/m.safetensors", "change")])  # swapped after the header
     with pytest.raises(RangeNotSupportedError, match=r"m\.safetensors: the server sends neither ETag nor Last-Modif"
-                                                     r"ied.*score it without --stream to download it") as info:
+                                                     r"ied.*score it with --no-stream \(stream=False\) to download "
+                                                     r"it") as info:
         wbfe.score(server.url("/m.safetensors"), stream=True)
     assert "\n" not in str(info.value) and len(server.state.log) == 1
     server.state.faults.clear()
@@ -95,3 +96,17 @@ def test_a_downloaded_url_re_uploaded_with_the_same_size_is_fetched_again(tmp_pa
         server.state.files["/m.safetensors"] = path.read_bytes()
         server.state.last_modified["/m.safetensors"] = when
         same_scores(wbfe.score(server.url("/m.safetensors"), stream=False), wbfe.score(str(path)))
+
+
+def test_a_server_that_stops_honouring_ranges_in_a_default_stream_says_how_to_download(
+        tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streamed by wbfe's own choice (no free disk), then a 200 with the whole file for a tensor: the advice
+    names the option that downloads it (it said "without --stream", which the user had not passed)."""
+    monkeypatch.setattr(remote, "free_disk", lambda folder: 0)
+    server.state.files["/m.safetensors"] = make_checkpoint(tmp_path / "m.safetensors").read_bytes()
+    server.state.faults.extend([("/m.safetensors", "none"), ("/m.safetensors", "ignore_range")])
+    with pytest.raises(RangeNotSupportedError, match=r"m\.safetensors: the server ignores HTTP range requests.*; "
+                                                     r"score it with --no-stream \(stream=False\) to download it") as e:
+        wbfe.score(server.url("/m.safetensors"))
+    assert "without --stream" not in str(e.value)
+    assert [r.status for r in server.state.log] == [206, 200]

@@ -17,12 +17,14 @@ from wbfe.errors import (MissingDependencyError, RangeNotSupportedError, RemoteC
                          TruncatedCheckpointError, WbfeError)
 from wbfe.sources.ranged import RangedFile
 
-__all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ", "http_package", "changed", "said"]
+__all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ", "DOWNLOAD", "http_package", "changed", "said"]
 
 # The first request of a file asks for this many bytes: most safetensors headers fit, so a header costs one request.
 FIRST_READ = 1 << 16
 _REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
+# The advice of a refused stream: true with --stream and where wbfe chose to stream (a tensor's read may meet it).
+DOWNLOAD = "score it with --no-stream (stream=False) to download it first"
 _HTTP_NAMES = ("Client", "Timeout", "TransportError", "TooManyRedirects", "UnsupportedProtocol", "InvalidURL")
 
 
@@ -100,7 +102,7 @@ class RemoteFile(RangedFile):
         if self.identity is None and (self.size or 0) > got:  # more reads to come, none of them checkable
             raise RangeNotSupportedError.at(
                 self.name, "the server sends neither ETag nor Last-Modified, so a file swapped for another of the "
-                "same size between two range reads would go unseen; score it without --stream to download it")
+                "same size between two range reads would go unseen; " + DOWNLOAD)
         return bytes(out[:got])
 
     def read_into(self, start: int, into: memoryview) -> None:
@@ -192,7 +194,7 @@ class RemoteFile(RangedFile):
         if encoding not in ("", "identity"):  # not the file's bytes, and a retry would get the same
             raise RangeNotSupportedError.at(
                 self.name, f"the server compressed the range asked for (Content-Encoding: {encoding[:40]}) although "
-                "asked not to, so it cannot be streamed; score it without --stream to download it")
+                "asked not to, so it cannot be streamed; " + DOWNLOAD)
         # The commit any hop named (the hub's resolve route answers with a redirect to its storage).
         commit = next((r.headers["X-Repo-Commit"] for r in (*response.history, response)
                        if "X-Repo-Commit" in r.headers), None)
@@ -204,7 +206,7 @@ class RemoteFile(RangedFile):
             if start != 0 or length is None or length > nbytes:
                 raise RangeNotSupportedError.at(
                     self.name, "the server ignores HTTP range requests (it answered 200 with the whole file), "
-                    "so it cannot be streamed; score it without --stream to download it first")
+                    "so it cannot be streamed; " + DOWNLOAD)
             total, expected = length, length
         else:
             given = response.headers.get("Content-Range")

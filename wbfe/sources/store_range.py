@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 from wbfe.errors import RangeNotSupportedError, RemoteReadError, TruncatedCheckpointError, WbfeError
 from wbfe.sources import http_range
-from wbfe.sources.http_range import FIRST_READ, RetryPolicy, changed, said
+from wbfe.sources.http_range import DOWNLOAD, FIRST_READ, RetryPolicy, changed, said
 from wbfe.sources.object_store import object_identity
 from wbfe.sources.ranged import RangedFile
 
@@ -56,8 +56,7 @@ class StoreFile(RangedFile):
         if not self.pinned and size > nbytes and set(json.loads(self.identity or "{}")) <= {"size"}:
             raise RangeNotSupportedError.at(
                 self.name, "the store reports nothing of the object but its size (no ETag, hash, time or version), "
-                "so another upload of the same size between two reads would go unseen; score it without --stream "
-                "to copy it")
+                "so another upload of the same size between two reads would go unseen; " + DOWNLOAD)
         return self.read_bytes(0, min(nbytes, size))
 
     def read_into(self, start: int, into: memoryview) -> None:
