@@ -45,6 +45,7 @@ class State:
     honour_if_match: bool = True
     token: str | None = None  # the hub's resolve route wants "Bearer <token>" when set
     query: str | None = None  # a plain file is refused (403) unless asked for with this query (a signed URL)
+    no_sha: bool = False  # the model-info route names no commit (a mirror's answer)
     validators: bool = True  # False: no ETag is sent (nor Last-Modified, unless last_modified names one)
     last_modified: dict[str, str] = field(default_factory=dict)  # URL path -> its Last-Modified, where one is sent
     # (path substring, fault) pairs, each used once by the first request whose path holds it; a
@@ -140,8 +141,8 @@ class _Handler(BaseHTTPRequestHandler):
             if name.endswith(".safetensors"):
                 entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
             siblings.append(entry)
-        body = json.dumps({"id": repo_id, "modelId": repo_id, "sha": repo.commit, "private": False,
-                           "siblings": siblings}).encode()
+        body = json.dumps({"id": repo_id, "modelId": repo_id, "private": False, "siblings": siblings,
+                           **({} if self.state.no_sha else {"sha": repo.commit})}).encode()
         self._plain("/api/models/" + rest, 200, body, {"Content-Type": "application/json"})
 
     def _resolve(self, path: str, repo_id: str, revision: str, name: str) -> None:

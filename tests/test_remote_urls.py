@@ -1,20 +1,23 @@
 """What a URL names, as a user hits it: a signed index URL (its query carried to each shard), a server that sends
-no validator (a swap between two reads must not mix files), and the answers a server may give to a range request.
-Served from the loopback server of tests/remote_server.py, never the network."""
+no validator (a swap between two reads must not mix files), the answers a server may give to a range request, the
+copies a URL's download keeps, and a hub whose model info names no commit. Served from the loopback server of
+tests/remote_server.py, never the network."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterator
 
+import huggingface_hub
 import pytest
 
 import wbfe
 from tests.ray_zoo import make_sharded
-from tests.remote_server import Server, isolated_hub
+from tests.remote_server import Repo, Server, isolated_hub
 from tests.test_remote_stream import make_checkpoint, same_scores
-from wbfe.errors import RangeNotSupportedError, RemoteReadError
+from wbfe.errors import ModelNotFoundError, RangeNotSupportedError, RemoteReadError
 from wbfe.sources import http_range, remote
 from wbfe.sources.http_range import RetryPolicy
 
@@ -110,3 +113,25 @@ def test_a_server_that_stops_honouring_ranges_in_a_default_stream_says_how_to_do
         wbfe.score(server.url("/m.safetensors"))
     assert "without --stream" not in str(e.value)
     assert [r.status for r in server.state.log] == [206, 200]
+
+
+def test_a_hub_model_whose_info_names_no_commit_is_read_at_the_commit_its_first_file_names(
+        tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """model_info without ``sha``: every file is read at one commit, the one the hub's headers name (they were
+    read at ``main``, unpinned, so a push between two reads went unseen), and the provenance names it."""
+    monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+    folder = make_sharded(tmp_path / "sharded")
+    server.state.repos["org/r"] = Repo({p.name: p.read_bytes() for p in folder.iterdir()}, commit="c" * 40)
+    server.state.no_sha = True
+    got = wbfe.score("org/r", stream=True, metrics="bfe")
+    first, *reads = [r for r in server.state.log if "/resolve/" in r.path]
+    assert (first.path, first.sent) == ("/org/r/resolve/main/model.safetensors.index.json", 0)  # a HEAD: the commit
+    assert reads and all(f"/resolve/{'c' * 40}/" in r.path for r in reads)
+    assert got.model["commit"] == "c" * 40
+    local = wbfe.score(str(folder), metrics="bfe")
+    assert (got.layers, got.skipped) == (local.layers, local.skipped)
+    # A hub that names no commit in its headers either: refused, not read at a moving main.
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", lambda url, **kw: SimpleNamespace(commit_hash=None))
+    with pytest.raises(ModelNotFoundError, match=r"^org/r: .*; the hub names no commit for it, so its files could "
+                                                 r"change between two reads unseen; name a commit: org/r@<commit>$"):
+        wbfe.score("org/r", stream=True)

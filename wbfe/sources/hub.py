@@ -234,7 +234,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
         ModelNotFoundError: unknown model or revision, no weight files, the hub unreachable.
         InvalidOptionError: ``stream=True`` for weights that are not safetensors (or an adapter).
     """
-    from huggingface_hub import HfApi, hf_hub_url
+    from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
     name = _reachable_hub(repo_id, revision)
@@ -253,7 +253,16 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
             raise InvalidOptionError(f"{name}: --stream reads safetensors weights; this repository holds {what}: "
                                      "drop --stream to download it")
         return None
-    commit = info.sha or revision
+    commit = info.sha
+    if commit is None:  # a mirror's answer: pinned to the commit the first file is served from, or refused
+        try:
+            commit = get_hf_file_metadata(hf_hub_url(repo_id, chosen[0], revision=revision, endpoint=endpoint),
+                                          endpoint=endpoint).commit_hash
+        except Exception as exc:  # noqa: BLE001 - as model_info's failures
+            raise ModelNotFoundError(f"{name}: {hub_failure(exc)}", ref=repo_id) from None
+        if commit is None:
+            raise ModelNotFoundError(f"{name}: the hub names no commit for it, so its files could change between "
+                                     f"two reads unseen; name a commit: {repo_id}@<commit>", ref=repo_id)
     headers = build_hf_headers()
 
     def open_file(file_name: str) -> RemoteFile:
@@ -262,6 +271,6 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     sizes = {n: int(s.size) for n, s in siblings.items() if s.size is not None}
     digests = {n: str(s.lfs.sha256) for n, s in siblings.items() if s.lfs and s.lfs.sha256}  # chosen[0] is top-level
     return stream_safetensors(ref, chosen[0], open_file, stream=stream, cache_dir=hf_cache_dir(), sizes=sizes,
-                              digests=digests, commit=info.sha, fmt=fmt,
+                              digests=digests, commit=commit, fmt=fmt,
                               configs=[c for c in MODEL_CONFIGS if c in siblings],
                               extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})
