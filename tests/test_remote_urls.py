@@ -101,6 +101,25 @@ def test_a_downloaded_url_re_uploaded_with_the_same_size_is_fetched_again(tmp_pa
         same_scores(wbfe.score(server.url("/m.safetensors"), stream=False), wbfe.score(str(path)))
 
 
+def test_a_downloaded_url_served_with_a_size_alone_is_never_reused(tmp_path: Path, server: Server) -> None:
+    """Neither ETag nor Last-Modified: a copy could not be told from another file of the same size, so it is
+    downloaded again each time, and the provenance says so (the old copy was scored for the new file)."""
+    first = make_checkpoint(tmp_path / "a" / "m.safetensors")
+    other = tmp_path / "b" / "m.safetensors"
+    other.parent.mkdir()
+    other.write_bytes(first.read_bytes()[:-4] + bytes(4))  # the head's last value changed: the same size
+    server.state.validators = False
+    notes = []
+    for path in (first, other):
+        server.state.files["/m.safetensors"] = path.read_bytes()
+        got = wbfe.score(server.url("/m.safetensors"), stream=False)
+        same_scores(got, wbfe.score(str(path)))
+        notes.append(got.model.get("copy", ""))
+    assert all(n.startswith("downloaded again: the server reports nothing of it but its size") for n in notes)
+    copies = list((tmp_path / "wbfe-cache" / "objects").rglob("m.safetensors"))
+    assert [p.read_bytes() for p in copies] == [other.read_bytes()]  # the old copy removed, not left to pile up
+
+
 def test_a_server_that_stops_honouring_ranges_in_a_default_stream_says_how_to_download(
         tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """Streamed by wbfe's own choice (no free disk), then a 200 with the whole file for a tensor: the advice
