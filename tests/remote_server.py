@@ -108,8 +108,9 @@ class _Handler(BaseHTTPRequestHandler):
                     if hashlib.sha256(data).hexdigest() == sha:
                         return self._serve(path, data, fault)
             return self._plain(path, 404, b"no such blob")
-        data = self.state.files.get(path)
-        if self.state.query is not None and urlsplit(self.path).query != self.state.query:
+        query = urlsplit(self.path).query  # "/f?file=a" in files: a file the query selects
+        data = self.state.files.get(f"{path}?{query}", self.state.files.get(path))
+        if self.state.query is not None and query != self.state.query:
             return self._plain(path, 403, b"signature missing")
         if data is None:
             return self._plain(path, 404, b"not found")

@@ -101,6 +101,27 @@ def test_a_downloaded_url_re_uploaded_with_the_same_size_is_fetched_again(tmp_pa
         same_scores(wbfe.score(server.url("/m.safetensors"), stream=False), wbfe.score(str(path)))
 
 
+def test_a_signed_url_of_an_unchanged_object_reuses_its_copy_and_a_query_that_selects_a_file_does_not(
+        tmp_path: Path, server: Server) -> None:
+    """A pre-signed URL signs anew each time: the copy is found again by the path and the server's ETag and size
+    (it was keyed by the whole URL, and the checkpoint downloaded again each run). A query that selects the file
+    (``?file=a``) with the same path, size and Last-Modified but no ETag is another file: never the same copy."""
+    local = make_checkpoint(tmp_path / "m.safetensors")
+    data = local.read_bytes()
+    server.state.files["/m.safetensors"] = data
+    for signature in ("X-Amz-Signature=one", "X-Amz-Signature=two"):
+        same_scores(wbfe.score(server.url(f"/m.safetensors?{signature}"), stream=False), wbfe.score(str(local)))
+    assert [r.sent for r in server.state.log].count(len(data)) == 1  # one download for both scores
+    other = tmp_path / "b" / "m.safetensors"
+    other.parent.mkdir()
+    other.write_bytes(data[:-4] + bytes(4))  # the head's last value changed: the same size
+    server.state.validators = False
+    server.state.last_modified["/m.safetensors"] = "Mon, 07 Dec 2026 00:00:00 GMT"
+    server.state.files.update({"/m.safetensors?file=a": data, "/m.safetensors?file=b": other.read_bytes()})
+    for query, path in (("file=a", local), ("file=b", other), ("file=a", local)):
+        same_scores(wbfe.score(server.url(f"/m.safetensors?{query}"), stream=False), wbfe.score(str(path)))
+
+
 def test_a_downloaded_url_served_with_a_size_alone_is_never_reused(tmp_path: Path, server: Server) -> None:
     """Neither ETag nor Last-Modified: a copy could not be told from another file of the same size, so it is
     downloaded again each time, and the provenance says so (the old copy was scored for the new file)."""

@@ -36,6 +36,10 @@ FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
 _IDENTITY = ("size", "ETag", "etag", "md5Hash", "generation", "mtime", "LastModified", "last_modified",
              "updated", "created", "ino", "version_id", "VersionId", "blob_id", "Last-Modified", "Content-MD5",
              "Digest")
+# What a server sends of a file's content: an HTTP URL's copy is found again by these without its query (a
+# presigned URL signs anew each time). Last-Modified is no such mark: two files a query selects at one path may
+# share a size and a second.
+_CONTENT_MARKS = frozenset(("ETag", "Content-MD5", "Digest"))
 NAME_A_FILE = ("name a checkpoint file or a shard index in it, e.g. .../model.safetensors or "
                ".../model.safetensors.index.json")
 
@@ -166,6 +170,8 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
             # (a retrained model of the same layout) must not be served from the old copy.
             signature.append(sorted([shard, object_identity(shard_info)]
                                     for shard, shard_info in _index_shards(fs, path, uri, info).items()))
+    if "http" in fs.protocol and all(identity.keys() & _CONTENT_MARKS for identity in _identities(signature)):
+        uri = uri.partition("?")[0]
     key = hashlib.sha256(json.dumps({"uri": uri, "objects": signature}, sort_keys=True).encode()).hexdigest()
     return key, info, signature, top
 
