@@ -34,6 +34,14 @@ class Repo:
 
     files: dict[str, bytes]
     commit: str = "a" * 40
+    pushed: Repo | None = None  # the next commit, pushed as the first file request is answered
+    older: dict[str, dict[str, bytes]] = field(default_factory=dict)  # earlier commits' files, served by hash
+
+    def at(self, revision: str) -> tuple[str, dict[str, bytes]] | None:
+        """The commit and files ``revision`` names (``main``, a commit), None if none."""
+        if revision in ("main", self.commit):
+            return self.commit, self.files
+        return (revision, self.older[revision]) if revision in self.older else None
 
 
 @dataclass
@@ -45,6 +53,7 @@ class State:
     honour_if_match: bool = True
     token: str | None = None  # the hub's resolve route wants "Bearer <token>" when set
     query: str | None = None  # a plain file is refused (403) unless asked for with this query (a signed URL)
+    no_sha: bool = False  # the model-info route names no commit (a mirror's answer)
     validators: bool = True  # False: no ETag is sent (nor Last-Modified, unless last_modified names one)
     last_modified: dict[str, str] = field(default_factory=dict)  # URL path -> its Last-Modified, where one is sent
     # (path substring, fault) pairs, each used once by the first request whose path holds it; a
@@ -103,12 +112,13 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/lfs/"):
             sha = path[len("/lfs/"):]
             for repo in self.state.repos.values():
-                for data in repo.files.values():
+                for data in [d for files in (repo.files, *repo.older.values()) for d in files.values()]:
                     if hashlib.sha256(data).hexdigest() == sha:
                         return self._serve(path, data, fault)
             return self._plain(path, 404, b"no such blob")
-        data = self.state.files.get(path)
-        if self.state.query is not None and urlsplit(self.path).query != self.state.query:
+        query = urlsplit(self.path).query  # "/f?file=a" in files: a file the query selects
+        data = self.state.files.get(f"{path}?{query}", self.state.files.get(path))
+        if self.state.query is not None and query != self.state.query:
             return self._plain(path, 403, b"signature missing")
         if data is None:
             return self._plain(path, 404, b"not found")
@@ -131,28 +141,33 @@ class _Handler(BaseHTTPRequestHandler):
                      for name, data in sorted(repo.files.items())]
             return self._plain("/api/models/" + rest, 200, json.dumps(files).encode(),
                                {"Content-Type": "application/json"})
-        if len(parts) > 3 and parts[3] not in ("main", repo.commit):
+        served = repo.at(parts[3] if len(parts) > 3 else "main")
+        if served is None:
             return self._plain("/api/models/" + rest, 404, b'{"error": "Invalid rev id"}',
                                {"X-Error-Code": "RevisionNotFound"})
         siblings = []
-        for name, data in sorted(repo.files.items()):
+        for name, data in sorted(served[1].items()):
             entry: dict[str, Any] = {"rfilename": name, "size": len(data), "blobId": hashlib.sha1(data).hexdigest()}
             if name.endswith(".safetensors"):
                 entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
             siblings.append(entry)
-        body = json.dumps({"id": repo_id, "modelId": repo_id, "sha": repo.commit, "private": False,
-                           "siblings": siblings}).encode()
+        body = json.dumps({"id": repo_id, "modelId": repo_id, "private": False, "siblings": siblings,
+                           **({} if self.state.no_sha else {"sha": served[0]})}).encode()
         self._plain("/api/models/" + rest, 200, body, {"Content-Type": "application/json"})
 
     def _resolve(self, path: str, repo_id: str, revision: str, name: str) -> None:
         repo = self.state.repos.get(repo_id)
         if self.state.token is not None and self.headers.get("Authorization") != f"Bearer {self.state.token}":
             return self._plain(path, 401, b"unauthorized", {"X-Error-Code": "GatedRepo"})
-        if repo is None or revision not in ("main", repo.commit) or name not in repo.files:
+        served = repo.at(revision) if repo is not None else None
+        if repo is None or served is None or name not in served[1]:
             return self._plain(path, 404, b"not found", {"X-Error-Code": "EntryNotFound"})
-        data = repo.files[name]
+        commit, data = served[0], served[1][name]
+        if repo.pushed is not None:  # a push: this answer is of the old commit, later ones of main see the new
+            repo.older[repo.commit] = repo.files
+            repo.files, repo.commit, repo.pushed = repo.pushed.files, repo.pushed.commit, None
         fault = self.state.fault_for(path + "#commit")
-        headers = {"X-Repo-Commit": "b" * 40 if fault == "commit" else repo.commit}
+        headers = {"X-Repo-Commit": "b" * 40 if fault == "commit" else commit}
         if name.endswith(".safetensors"):  # LFS: the hub redirects to its storage
             sha = hashlib.sha256(data).hexdigest()
             # On another host, as the hub's storage is: a client must not send the token there.

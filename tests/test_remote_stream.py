@@ -203,7 +203,7 @@ def test_a_server_that_ignores_range_is_refused_when_streaming_and_downloaded_by
     data = local.read_bytes()
     server.state.files["/m.safetensors"] = data
     server.state.ignore_range = True
-    with pytest.raises(RangeNotSupportedError, match="ignores HTTP range requests.*without --stream"):
+    with pytest.raises(RangeNotSupportedError, match="ignores HTTP range requests.*with --no-stream"):
         wbfe.score(server.url("/m.safetensors"), stream=True)
     assert len(server.state.ranged("/m.safetensors")) == 1  # refused at the first answer, not retried
     monkeypatch.setattr(remote, "free_disk", lambda folder: 10**15)
@@ -356,7 +356,7 @@ def test_a_server_that_ignores_range_does_the_same_on_the_hub_and_plain_urls(tmp
     local = make_checkpoint(tmp_path / "model.safetensors")
     ref, where = _refs(server, local.read_bytes())[kind]
     server.state.ignore_range = True
-    with pytest.raises(RangeNotSupportedError, match="ignores HTTP range requests.*without --stream"):
+    with pytest.raises(RangeNotSupportedError, match="ignores HTTP range requests.*with --no-stream"):
         wbfe.score(ref, stream=True)
     assert [r.status for r in server.state.ranged(where)] == [200]  # refused at the first answer, not retried
     # By default, where the free disk would have it streamed, the file is downloaded instead.

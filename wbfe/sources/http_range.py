@@ -1,7 +1,5 @@
-"""HTTP range reads of one remote file, pinned to the version first seen, with bounded retries: every answer is
-checked (206, the exact ``Content-Range`` and length, the pinned ``ETag`` and hub commit) before a byte of it is
-used; requests go through the HTTP client of huggingface_hub's session, so proxies, CA bundles and tokens are
-honoured as by every other tool (docs/remote.md)."""
+"""HTTP range reads of one remote file, pinned to the version first seen, each answer checked before a byte of it
+is used, with bounded retries, through huggingface_hub's HTTP client (docs/remote.md)."""
 
 from __future__ import annotations
 
@@ -19,12 +17,14 @@ from wbfe.errors import (MissingDependencyError, RangeNotSupportedError, RemoteC
                          TruncatedCheckpointError, WbfeError)
 from wbfe.sources.ranged import RangedFile
 
-__all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ", "http_package", "changed", "said"]
+__all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ", "DOWNLOAD", "http_package", "changed", "said"]
 
 # The first request of a file asks for this many bytes: most safetensors headers fit, so a header costs one request.
 FIRST_READ = 1 << 16
 _REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
+# The advice of a refused stream: true with --stream and where wbfe chose to stream (a tensor's read may meet it).
+DOWNLOAD = "score it with --no-stream (stream=False) to download it first"
 _HTTP_NAMES = ("Client", "Timeout", "TransportError", "TooManyRedirects", "UnsupportedProtocol", "InvalidURL")
 
 
@@ -78,8 +78,7 @@ class _Retry(Exception):
 
 
 class RemoteFile(RangedFile):
-    """Byte ranges of one remote file (a :class:`~wbfe.sources.ranged.RangedFile`), read by any thread, each
-    in one request.
+    """Byte ranges of one remote file (a :class:`~wbfe.sources.ranged.RangedFile`), read by any thread.
 
     Args:
         headers: sent with every request to the URL's own host (``Authorization`` is dropped on a redirect).
@@ -103,7 +102,7 @@ class RemoteFile(RangedFile):
         if self.identity is None and (self.size or 0) > got:  # more reads to come, none of them checkable
             raise RangeNotSupportedError.at(
                 self.name, "the server sends neither ETag nor Last-Modified, so a file swapped for another of the "
-                "same size between two range reads would go unseen; score it without --stream to download it")
+                "same size between two range reads would go unseen; " + DOWNLOAD)
         return bytes(out[:got])
 
     def read_into(self, start: int, into: memoryview) -> None:
@@ -167,7 +166,6 @@ class RemoteFile(RangedFile):
             return self._answer(response, start, nbytes, into, first, began)
 
     def _answer(self, response: Any, start: int, nbytes: int, into: memoryview, first: bool, began: float) -> int:
-        """Check the answer to one range request and read its body into ``into``."""
         status = response.status_code
         if status in (404, 410):
             raise RemoteReadError.at(self.name, f"not found (HTTP {status})")
@@ -196,7 +194,7 @@ class RemoteFile(RangedFile):
         if encoding not in ("", "identity"):  # not the file's bytes, and a retry would get the same
             raise RangeNotSupportedError.at(
                 self.name, f"the server compressed the range asked for (Content-Encoding: {encoding[:40]}) although "
-                "asked not to, so it cannot be streamed; score it without --stream to download it")
+                "asked not to, so it cannot be streamed; " + DOWNLOAD)
         # The commit any hop named (the hub's resolve route answers with a redirect to its storage).
         commit = next((r.headers["X-Repo-Commit"] for r in (*response.history, response)
                        if "X-Repo-Commit" in r.headers), None)
@@ -208,7 +206,7 @@ class RemoteFile(RangedFile):
             if start != 0 or length is None or length > nbytes:
                 raise RangeNotSupportedError.at(
                     self.name, "the server ignores HTTP range requests (it answered 200 with the whole file), "
-                    "so it cannot be streamed; score it without --stream to download it first")
+                    "so it cannot be streamed; " + DOWNLOAD)
             total, expected = length, length
         else:
             given = response.headers.get("Content-Range")
@@ -300,8 +298,7 @@ def _certificate_refused(exc: BaseException | None) -> bool:
 
 def _ca_bundle() -> Any:
     """What a URL's own client trusts: ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (read by the client), else
-    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (set for those tools behind a TLS-inspecting proxy), else
-    the system's."""
+    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (set behind a TLS-inspecting proxy), else the system's."""
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
     if not bundle or os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
         return True

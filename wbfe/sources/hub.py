@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -22,6 +23,7 @@ from wbfe.sources.local import MODEL_CONFIGS, open_path, pick_weight_files, read
 from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, register_location
 from wbfe.sources.remote import is_safetensors_name, stream_safetensors
 from wbfe.sources.resay import resaying, said_of
+from wbfe.sources.safetensors_files import index_weight_map
 
 __all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "hub_cached", "host_unreachable",
            "is_hub_id", "open_hub_ref", "stream_hub", "hub_endpoint"]
@@ -57,23 +59,26 @@ def _weight_file(snapshot: Path) -> str | None:
 
 
 def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -> Path:
-    """Download the weight files of a hub repo into the cache; return the chosen local file.
+    """Download the weight files of a hub repo into the cache, all at one commit (:func:`_pinned`); return the
+    chosen local file.
 
     Raises:
-        ModelNotFoundError: unknown repo or revision, no weight files, or the hub unreachable.
+        ModelNotFoundError: unknown repo or revision, no weight files, no commit named, or the hub unreachable.
     """
     from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.file_download import repo_folder_name
 
-    name = f"{repo_id}{'@' + revision if revision else ''}"
-    _hub_unreachable(name, repo_id)
+    name = _reachable_hub(repo_id, revision)
     try:
         endpoint = hub_endpoint()
-        download = functools.partial(hf_hub_download, repo_id, revision=revision, cache_dir=str(cache_dir),
-                                     endpoint=endpoint)
-        names = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
+        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision)
+        names = [s.rfilename for s in info.siblings or []]
         chosen = pick_weight_files(names, name)
         if not chosen:  # refused before anything is fetched: a lone file in the cache would answer the next run
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
+        commit = _pinned(name, repo_id, revision, info.sha, chosen[0], endpoint)
+        download = functools.partial(hf_hub_download, repo_id, revision=commit, cache_dir=str(cache_dir),
+                                     endpoint=endpoint)
         if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
             download("adapter_config.json")
         local = Path(download(chosen[0]))
@@ -81,15 +86,36 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
             if config_name in names:
                 download(config_name)
         if local.name.endswith(".index.json"):
-            from wbfe.sources.safetensors_files import index_weight_map
-
             for shard in index_weight_map(local):
                 download(shard)
+        if commit != revision:  # as huggingface_hub's read of a branch or tag does: the cache answers it offline
+            ref = cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model") / "refs" / (revision or "main")
+            with contextlib.suppress(OSError):  # best effort, as there: a read-only cache still scores
+                ref.parent.mkdir(parents=True, exist_ok=True)
+                ref.write_text(commit)
         return local
     except WbfeError:
         raise
     except Exception as exc:  # noqa: BLE001 - every hub and network failure means "cannot resolve"
         raise ModelNotFoundError(f"{name}: {hub_failure(exc)}", ref=repo_id) from None
+
+
+def _pinned(name: str, repo_id: str, revision: str | None, sha: str | None, first: str, endpoint: str) -> str:
+    """The one commit every file is read at (a push between two reads would mix commits unseen): the model info's
+    ``sha``, else (a mirror's answer) the commit the hub serves ``first`` from; none is ``ModelNotFoundError``."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    if sha is not None:
+        return sha
+    try:
+        commit = get_hf_file_metadata(hf_hub_url(repo_id, first, revision=revision, endpoint=endpoint),
+                                      endpoint=endpoint).commit_hash
+    except Exception as exc:  # noqa: BLE001 - as model_info's failures
+        raise ModelNotFoundError(f"{name}: {hub_failure(exc)}", ref=repo_id) from None
+    if commit is None:
+        raise ModelNotFoundError(f"{name}: the hub names no commit for it, so its files could change between "
+                                 f"two reads unseen; name a commit: {repo_id}@<commit>", ref=repo_id)
+    return commit
 
 
 _HUB_FAILURES = (
@@ -132,11 +158,14 @@ def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None
         return f"{what} could not be reached ({parsed.hostname}: {reason})"
 
 
-def _hub_unreachable(name: str, repo_id: str) -> None:
-    """``ModelNotFoundError`` where the hub cannot be reached within 3 s (huggingface_hub itself retries for long)."""
+def _reachable_hub(repo_id: str, revision: str | None) -> str:
+    """``org/name[@revision]``, or ``ModelNotFoundError`` where the hub cannot be reached within 3 s (huggingface_hub
+    itself retries for long)."""
+    name = f"{repo_id}{'@' + revision if revision else ''}"
     unreachable = host_unreachable(hub_endpoint(), what="the Hugging Face hub")
     if unreachable is not None:
         raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
+    return name
 
 
 def hub_cached(ref: str) -> bool:
@@ -236,9 +265,8 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     from huggingface_hub import HfApi, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
-    name = f"{repo_id}{'@' + revision if revision else ''}"
+    name = _reachable_hub(repo_id, revision)
     endpoint = hub_endpoint()
-    _hub_unreachable(name, repo_id)
     try:
         info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
     except Exception as exc:  # noqa: BLE001 - every hub and network failure means "cannot resolve"
@@ -253,7 +281,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
             raise InvalidOptionError(f"{name}: --stream reads safetensors weights; this repository holds {what}: "
                                      "drop --stream to download it")
         return None
-    commit = info.sha or revision
+    commit = _pinned(name, repo_id, revision, info.sha, chosen[0], endpoint)
     headers = build_hf_headers()
 
     def open_file(file_name: str) -> RemoteFile:
@@ -262,6 +290,6 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     sizes = {n: int(s.size) for n, s in siblings.items() if s.size is not None}
     digests = {n: str(s.lfs.sha256) for n, s in siblings.items() if s.lfs and s.lfs.sha256}  # chosen[0] is top-level
     return stream_safetensors(ref, chosen[0], open_file, stream=stream, cache_dir=hf_cache_dir(), sizes=sizes,
-                              digests=digests, commit=info.sha, fmt=fmt,
+                              digests=digests, commit=commit, fmt=fmt,
                               configs=[c for c in MODEL_CONFIGS if c in siblings],
                               extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})

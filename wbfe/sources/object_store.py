@@ -36,6 +36,10 @@ FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
 _IDENTITY = ("size", "ETag", "etag", "md5Hash", "generation", "mtime", "LastModified", "last_modified",
              "updated", "created", "ino", "version_id", "VersionId", "blob_id", "Last-Modified", "Content-MD5",
              "Digest")
+# What a server sends of a file's content: an HTTP URL's copy is found again by these without its query (a
+# presigned URL signs anew each time). Last-Modified is no such mark: two files a query selects at one path may
+# share a size and a second.
+_CONTENT_MARKS = frozenset(("ETag", "Content-MD5", "Digest"))
 NAME_A_FILE = ("name a checkpoint file or a shard index in it, e.g. .../model.safetensors or "
                ".../model.safetensors.index.json")
 
@@ -58,10 +62,14 @@ def open_uri(uri: str) -> TensorSource:
             or a store that cannot be read.
         CorruptCheckpointError, TruncatedCheckpointError, ...: as the readers raise for the copy.
     """
-    local = fetch_uri(uri)
+    local, fresh = call_store(uri, _fetch)
     # Errors name the copy's files by the URI's, never the cache folder the user did not name.
     root, ref = (local, uri) if local.is_dir() else (local.parent, uri.rstrip("/").rsplit("/", 1)[0])
-    return resaying(said_of(root, ref, lambda: open_path(local, ref=uri)), root, ref)
+    source = resaying(said_of(root, ref, lambda: open_path(local, ref=uri)), root, ref)
+    if fresh:
+        source.provenance.extra["copy"] = ("downloaded again: the server reports nothing of it but its size (no ETag, "
+                                           "hash, time or version), so an earlier copy could be another file")
+    return source
 
 
 def store_filesystem(uri: str) -> tuple[Any, str]:
@@ -117,12 +125,14 @@ def _beside(fs: Any, path: str, name: str) -> str:
 
 def fetch_uri(uri: str) -> Path:
     """The local copy of ``uri``: a file, or a folder of the files the URI's folder holds that count."""
-    return call_store(uri, _fetch)
+    return call_store(uri, _fetch)[0]
 
 
 def uri_signature(uri: str) -> str:
-    """A SHA-256 of ``uri`` and what the store says of its objects (sizes, ETags, times), without a download."""
-    return call_store(uri, lambda fs, path, uri_: _describe(fs, path, uri_)[0])
+    """A SHA-256 of ``uri`` and what the store says of its objects (sizes, ETags, times), without a download; a
+    new one each call where an object is known by its size alone (a score keyed by it is never reused)."""
+    key, _, signature, _ = call_store(uri, _describe)
+    return key + secrets.token_hex(8) if _unvalidated(signature) else key
 
 
 def call_store(uri: str, action: Any) -> Any:
@@ -160,8 +170,22 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
             # (a retrained model of the same layout) must not be served from the old copy.
             signature.append(sorted([shard, object_identity(shard_info)]
                                     for shard, shard_info in _index_shards(fs, path, uri, info).items()))
+    if "http" in fs.protocol and all(identity.keys() & _CONTENT_MARKS for identity in _identities(signature)):
+        uri = uri.partition("?")[0]
     key = hashlib.sha256(json.dumps({"uri": uri, "objects": signature}, sort_keys=True).encode()).hexdigest()
     return key, info, signature, top
+
+
+def _identities(signature: Any) -> list[dict[str, str]]:
+    """Every object's identity in a signature (of a file, its shards, a folder's files)."""
+    if isinstance(signature, dict):
+        return [signature]
+    return [i for part in signature for i in _identities(part)] if isinstance(signature, list) else []
+
+
+def _unvalidated(signature: Any) -> bool:
+    """Whether some object is known by its size alone: a copy of it could be another file of that size."""
+    return any(set(identity) <= {"size"} for identity in _identities(signature))
 
 
 def _subfolder_shards(fs: Any, path: str, uri: str, top: dict[str, Any]) -> list[Any]:
@@ -179,17 +203,25 @@ def _subfolder_shards(fs: Any, path: str, uri: str, top: dict[str, Any]) -> list
     return [below] if below else []
 
 
-def _fetch(fs: Any, path: str, uri: str) -> Path:
+def _fetch(fs: Any, path: str, uri: str) -> tuple[Path, bool]:
+    """(the copy, whether it was fetched anew because an object is known by its size alone)."""
     bound = object_cache_bound()  # a bad $WBFE_CACHE_MAX_SIZE is refused before anything is fetched
     key, info, signature, top = _describe(fs, path, uri)
     final = object_cache_dir() / key[:2] / key
-    if final.is_dir():
+    named = final / signature[0] if info.get("type") != "directory" else final
+    fresh = _unvalidated(signature)
+    if final.is_dir() and not fresh:
         # Marked used: `wbfe cache prune` removes the least recently used copies first, and reading
         # a file moves its access time at most once a day (relatime).
         with contextlib.suppress(OSError):
             os.utime(final)
-        return final / signature[0] if info.get("type") != "directory" else final
+        return named, fresh
     final.parent.mkdir(parents=True, exist_ok=True)
+    if final.is_dir():  # a copy of an object known by its size alone: replaced, never reused
+        old = final.parent / f".{key}.{secrets.token_hex(6)}.part"
+        with contextlib.suppress(OSError):  # another process may have moved it first
+            final.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
     staging = final.parent / f".{key}.{secrets.token_hex(6)}.part"
     staging.mkdir()
     try:
@@ -209,7 +241,7 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
     # The copies grow by a checkpoint each time: keep them within the bound, never evicting this one.
     evict_objects(object_cache_dir(), keep=final, bound=bound)
-    return final / signature[0] if info.get("type") != "directory" else final
+    return named, fresh
 
 
 def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path) -> None:

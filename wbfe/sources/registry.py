@@ -119,9 +119,8 @@ def register_folder(name: str, *, claims: Callable[[Path], bool]) -> Callable[[A
 
 
 def file_formats() -> list[FileFormat]:
-    """The registered file formats, by folder preference (rank), then registration order."""
-    order = {name: i for i, name in enumerate(_FORMATS)}
-    return sorted(_FORMATS.values(), key=lambda f: (f.rank, order[f.name]))
+    """The registered file formats, by folder preference (rank), then registration order (a stable sort)."""
+    return sorted(_FORMATS.values(), key=lambda f: f.rank)
 
 
 def format_named(name: str) -> FileFormat:

@@ -116,13 +116,12 @@ def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFil
     try:
         with contextlib.ExitStack() as opened:  # the files opened, closed unless a source takes them
             index: RangedFile | None = None
-            folder = ""
+            folder = name[:name.rfind("/") + 1]  # where the index's shard names start from
             if name.lower().endswith(".index.json"):
                 index = open_file(name)
                 opened.callback(index.close)
                 planned = list(parse_weight_map(index.read_all(MAX_INDEX), index.name).items())
                 _check_commit(index, commit)
-                folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
                 shard_names: list[tuple[str, list[str] | None]] = [(folder + shard, names) for shard, names in planned]
             else:
                 shard_names = [(name, None)]
@@ -177,10 +176,10 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
         InvalidOptionError: ``stream=True`` for a URL that names no safetensors file.
     """
     try:
-        path = urlsplit(url).path
+        parts = urlsplit(url)
     except ValueError as exc:  # an unclosed IPv6 host, a bad port...
         raise SourceNotFoundError.at(url, f"not a valid URL ({exc})") from None
-    name = path.rsplit("/", 1)[-1]
+    name = parts.path.rsplit("/", 1)[-1]
     if not name:  # an HTTP server has no folder listing wbfe could read, only a web page
         raise SourceNotFoundError.at(url, f"a URL of a folder; {NAME_A_FILE}")
     if stream and not is_safetensors_name(name):
@@ -189,13 +188,11 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
     if stream is False or not is_safetensors_name(name):
         return open_uri(url)
 
-    query = urlsplit(url).query
-
     def open_file(file_name: str) -> RemoteFile:
         # Quoted: a shard named "a#1", "b?x" or "https:host/c" is a file beside the index, never another URL. The
         # index's query (a signature, a token) goes with it, as a browser would not: it signs the checkpoint's files.
         beside = urljoin(url, quote(file_name))
-        return RemoteFile(url if file_name == name else f"{beside}?{query}" if query else beside)
+        return RemoteFile(url if file_name == name else f"{beside}?{parts.query}" if parts.query else beside)
 
     source = stream_safetensors(url, name, open_file, stream=stream, cache_dir=object_cache_dir())
     return source if source is not None else open_uri(url)

@@ -24,9 +24,8 @@ from wbfe.sources._order import checkpoint_order
 from wbfe.sources.registry import FileFormat, register_format
 
 __all__ = ["SafetensorsSource", "ShardedSafetensors", "ShardReader", "read_header", "header_length", "parse_header",
-           "shard_metadata", "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "copy_row", "tensor_dtype",
-           "pinned_sha256", "changed_while_read",
-           "SAFETENSORS_DTYPES", "MAX_INDEX", "SAFETENSORS"]
+           "shard_metadata", "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "copy_row",
+           "tensor_dtype", "pinned_sha256", "changed_while_read", "SAFETENSORS_DTYPES", "MAX_INDEX", "SAFETENSORS"]
 
 # safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
 SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {

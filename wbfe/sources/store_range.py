@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 from wbfe.errors import RangeNotSupportedError, RemoteReadError, TruncatedCheckpointError, WbfeError
 from wbfe.sources import http_range
-from wbfe.sources.http_range import FIRST_READ, RetryPolicy, changed, said
+from wbfe.sources.http_range import DOWNLOAD, FIRST_READ, RetryPolicy, changed, said
 from wbfe.sources.object_store import object_identity
 from wbfe.sources.ranged import RangedFile
 
@@ -56,8 +56,7 @@ class StoreFile(RangedFile):
         if not self.pinned and size > nbytes and set(json.loads(self.identity or "{}")) <= {"size"}:
             raise RangeNotSupportedError.at(
                 self.name, "the store reports nothing of the object but its size (no ETag, hash, time or version), "
-                "so another upload of the same size between two reads would go unseen; score it without --stream "
-                "to copy it")
+                "so another upload of the same size between two reads would go unseen; " + DOWNLOAD)
         return self.read_bytes(0, min(nbytes, size))
 
     def read_into(self, start: int, into: memoryview) -> None:
@@ -97,15 +96,6 @@ class StoreFile(RangedFile):
             raise TruncatedCheckpointError.at(self.name, "empty file")
         return self.size
 
-    def _check(self) -> None:
-        """Refuse when the object's identity is no longer the pinned one."""
-        try:
-            now = json.dumps(object_identity(self._info()), sort_keys=True)
-        except FileNotFoundError:
-            raise changed(self.name, "it is gone") from None
-        if now != self.identity:
-            raise changed(self.name, f"its identity went from {self.identity} to {now}")
-
     def _fetch(self, start: int, into: memoryview) -> None:
         size = self._contact()
         nbytes = len(into)
@@ -118,8 +108,10 @@ class StoreFile(RangedFile):
             with self._lock:
                 self.requests += 1
                 self.bytes_fetched += len(data)
-            if not self.pinned:
-                self._check()  # before a byte is used: this answer came from the pinned version
+            if not self.pinned:  # before a byte is used: this answer came from the pinned version (gone: "changed")
+                now = json.dumps(object_identity(self._info()), sort_keys=True)
+                if now != self.identity:
+                    raise changed(self.name, f"its identity went from {self.identity} to {now}")
             if len(data) != nbytes:
                 raise _Short(f"asked for {nbytes} bytes from byte {start}, got {len(data)}")
             into[:] = data
