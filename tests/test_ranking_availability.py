@@ -34,7 +34,7 @@ def unreachable_hub(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", endpoint)
-    monkeypatch.setattr(HfApi, "list_repo_files", lambda *a, **k: pytest.fail("the hub client was called"))
+    monkeypatch.setattr(HfApi, "model_info", lambda *a, **k: pytest.fail("the hub client was called"))
     calls: list[str] = []
     real = hub.host_unreachable
 

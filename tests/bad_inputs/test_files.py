@@ -248,7 +248,7 @@ def _hub_unreachable(tmp: Path, mp: pytest.MonkeyPatch) -> str:
     def no_client(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("huggingface_hub's client was called although the hub is unreachable")
 
-    mp.setattr(HfApi, "list_repo_files", no_client)
+    mp.setattr(HfApi, "model_info", no_client)  # what a stream and a download ask first
     mp.chdir(tmp)
     return "nobody/nothing-here"
 
@@ -262,15 +262,13 @@ def _hub_answers(exc: Callable[[], BaseException]) -> Callable[[Path, Any], str]
 
         mp.delenv("HF_HUB_OFFLINE", raising=False)
         mp.setattr(constants, "HF_HUB_OFFLINE", False)
-        mp.setattr(hub, "_hub_unreachable", lambda name, repo_id: None)
+        mp.setattr(hub, "host_unreachable", lambda url, **kwargs: None)
 
         def answer(*args: Any, **kwargs: Any) -> Any:
             raise exc()
 
-        # model_info: the first call of a model not in the cache (its file sizes decide whether it
-        # is streamed); list_repo_files: the download's.
+        # model_info: the first call of a model not in the cache, the stream's and the download's
         mp.setattr(HfApi, "model_info", answer)
-        mp.setattr(HfApi, "list_repo_files", answer)
         return "acme/some-model"
     return build
 
