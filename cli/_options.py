@@ -7,6 +7,7 @@ class's own (:func:`~wbfe.options.field_defaults`); only an option with no libra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -14,7 +15,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, List, Optional
+from typing import Annotated, Any, Callable, Iterator, List, Optional
 
 import typer
 
@@ -175,6 +176,19 @@ class OptionGroup:
                 text = re.sub(rf"^{re.escape(key)}(?= )|(?<![\w-]){re.escape(key)}=",
                               lambda m: flag + (" " if m.group().endswith("=") else ""), text)
         return type(exc)(text, **exc.fields)
+
+
+@contextlib.contextmanager
+def fields_as_flags(*fields: str) -> Iterator[None]:
+    """An ``InvalidOptionError`` raised inside names each of ``fields`` (a settings class's ``r_min``) by the
+    command's flag (``--r-min``): the user typed the flag, not the library's field."""
+    try:
+        yield
+    except InvalidOptionError as exc:
+        text = str(exc)
+        for field in fields:
+            text = re.sub(rf"(?<![\w-]){re.escape(field)}(?!\w)", "--" + field.replace("_", "-"), text)
+        raise type(exc)(text, **exc.fields) from None
 
 
 def _raw(value: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ._output import shown
-from ._options import Format, path_option
+from ._options import Format, fields_as_flags, path_option
 
 
 def _num(x: Any) -> str:
@@ -62,10 +62,11 @@ def hierarchical_cmd(
     from wbfe.theory.hierarchical import HierarchicalSettings, simulate_hierarchical
     from wbfe.theory.json_io import dumps
 
-    settings = HierarchicalSettings(d=d, p=p, gamma=gamma, alpha_min=alpha_min, alpha_max=alpha_max,
-                                    points=points, seeds=seeds, eps=eps, activation=activation,
-                                    features=features, n_test=n_test, kernel_max_n=kernel_max_n,
-                                    solver=solver, seed=seed)
+    with fields_as_flags("alpha_min", "alpha_max", "points", "n_test", "kernel_max_n"):
+        settings = HierarchicalSettings(d=d, p=p, gamma=gamma, alpha_min=alpha_min, alpha_max=alpha_max,
+                                        points=points, seeds=seeds, eps=eps, activation=activation,
+                                        features=features, n_test=n_test, kernel_max_n=kernel_max_n,
+                                        solver=solver, seed=seed)
     folder = check_output_dir(output) if output is not None else None  # before the simulation
     result = simulate_hierarchical(settings)
     data = result.to_dict()

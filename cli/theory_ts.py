@@ -14,7 +14,7 @@ from wbfe.options import field_defaults
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 
 from ._output import shown
-from ._options import Format, path_option
+from ._options import Format, fields_as_flags, path_option
 
 # Every default is the settings class's own (solve's are a curve's at one r).
 _CURVE, _HMC, _STUDENT = (field_defaults(cls) for cls in (CurveSettings, HmcSettings, StudentSettings))
@@ -130,8 +130,9 @@ def curve_cmd(
     from wbfe.theory.settings import CurveSettings
 
     _refuse_unread(ctx, readout)
-    settings = CurveSettings(beta=beta, delta=delta, d=d, k=k, r_min=r_min, r_max=r_max, points=points,
-                             activation=activation, readout=readout.value)
+    with fields_as_flags("r_min", "r_max", "points"):
+        settings = CurveSettings(beta=beta, delta=delta, d=d, k=k, r_min=r_min, r_max=r_max, points=points,
+                                 activation=activation, readout=readout.value)
     data = write_curve(settings, check_output_dir(output))  # the folder is checked before the sweep
     if fmt is Format.json:
         _print_json({"fit": data["fit"], "files": data["files"]})
@@ -166,8 +167,9 @@ def hmc_cmd(
     from wbfe.theory.reports import write_hmc
     from wbfe.theory.settings import HmcSettings
 
-    settings = HmcSettings(r_values=tuple(_floats(r_values, "--r-values")), d=d, k=k, delta=delta, beta=beta,
-                           seeds=tuple(_ints(seeds, "--seeds")), warmup=warmup, samples=samples, device=device)
+    with fields_as_flags("r_values"):
+        settings = HmcSettings(r_values=tuple(_floats(r_values, "--r-values")), d=d, k=k, delta=delta, beta=beta,
+                               seeds=tuple(_ints(seeds, "--seeds")), warmup=warmup, samples=samples, device=device)
     data = write_hmc(settings, check_output_dir(output) if output is not None else None)
     if fmt is Format.json:
         _print_json(data)

@@ -68,7 +68,11 @@ def test_output_writes_json_and_figures(tmp_path):
     [
         (["--activation", "tan"], "wbfe: error: unknown activation 'tan'; did you mean 'tanh'?"),
         (["--gamma", "0.4"], "wbfe: error: the sequential-recovery predictions need gamma > 1/2, not 0.4"),
-        (["--points", "1"], "wbfe: error: points must be an integer >= 2, not 1"),
+        # the library's field names are said as the flags the user typed (points, alpha_min, n_test: their flags)
+        (["--points", "1"], "wbfe: error: --points must be an integer >= 2, not 1"),
+        (["--alpha-min", "3", "--alpha-max", "2"], "wbfe: error: need 0 < --alpha-min < --alpha-max, not 3.0 and 2.0"),
+        (["--n-test", "0"], "wbfe: error: --n-test must be an integer >= 10, not 0"),
+        (["--kernel-max-n", "-1"], "wbfe: error: --kernel-max-n must be a non-negative integer, not -1"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(extra, message):

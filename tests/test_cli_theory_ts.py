@@ -67,7 +67,9 @@ def test_curve_writes_plots_and_json(tmp_path):
 
 def test_curve_rejects_bad_range(tmp_path):
     res = _invoke("curve", "--r-min", "5", "--r-max", "1", "--output", str(tmp_path))
-    assert res.exit_code == 2 and "need 0 < r_min < r_max" in res.stderr
+    assert res.exit_code == 2 and "need 0 < --r-min < --r-max and --points >= 2 (got 5.0, 1.0, 80)" in res.stderr
+    res = _invoke("hmc", "--r-values", "0.5,0", "--output", str(tmp_path))  # a field named as its flag
+    assert res.exit_code == 2 and res.stderr.strip() == "wbfe: error: --r-values must be positive and finite, got 0.0"
 
 
 def test_scaling_json_equals_library():
