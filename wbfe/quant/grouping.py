@@ -124,8 +124,8 @@ def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]]
 
 def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], emitted: dict[str, str],
           layouts: Optional[Mapping[str, str]]) -> Iterator[Item]:
-    if _roles(parts):
-        yield from _compose(prefix, parts, _roles(parts), layouts)
+    if roles := _roles(parts):
+        yield from _compose(prefix, parts, roles, layouts)
         return
     if parts.keys() == {"int_weight"}:  # an integer tensor named weight, no scale beside it: planned as any other
         yield parts["int_weight"], None
@@ -252,7 +252,8 @@ def _compose(name: str, parts: dict[str, TensorEntry], roles: dict[str, str],
         if not all(e.dtype.startswith(("float", "bfloat")) and e.dtype not in FP8_FORMATS for e in parts.values()):
             raise CorruptCheckpointError(f"parts of {', '.join(sorted({e.dtype for e in parts.values()}))}: "
                                          "expected floats")
-        weight = _weight_norm(name, layouts, **by_role) if kind == "weight-norm" else _spectral_norm(name, layouts, **by_role)
+        compose = _weight_norm if kind == "weight-norm" else _spectral_norm
+        weight = compose(name, layouts, **by_role)
     except CorruptCheckpointError as exc:
         for entry in parts.values():
             yield entry, f"part of {name}, which wbfe cannot compose: {exc}; not scored"
